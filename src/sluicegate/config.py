@@ -1,0 +1,180 @@
+"""The YAML configuration file: models, backends, lanes, tenants and server settings.
+
+Validated at start-up by pydantic; an error names the bad field and the line of
+the file it came from, e.g. ``models[0].lanes[1].max_queue (line 23): Input
+should be greater than or equal to 0``. API keys are never written in the
+file: each tenant names an environment variable that holds its key.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from sluicegate.core.spec import ModelSpec, SchedulerSpec, TenantSpec
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message lists every problem with its location."""
+
+
+class ServerSpec(BaseModel):
+    """Listening address, limits on what clients may send, and the admin key."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
+    admin_key_env: str | None = Field(
+        "SLUICEGATE_ADMIN_KEY", description="environment variable holding the admin key"
+    )
+    chars_per_token: float = Field(4.0, gt=0.0, description="prompt token estimate: chars / this")
+    default_max_tokens: int = Field(1024, ge=1, description="when a request gives no max_tokens")
+    scrape_interval_s: float = Field(2.0, gt=0.0)
+    upstream_connect_timeout_s: float = Field(5.0, gt=0.0)
+    upstream_read_timeout_s: float = Field(300.0, gt=0.0)
+
+
+class TenantConfig(TenantSpec):
+    """A tenant plus the environment variable holding its API key."""
+
+    api_key_env: str | None = Field(None, description="environment variable holding the API key")
+
+
+class SimulationSpec(BaseModel):
+    """What the simulator needs beyond the gateway's config: the engine and how many replicas."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    preset: str = "llama-3.1-8b-h100"
+    replicas: int = Field(1, ge=1, le=10_000)
+    scrape_interval_s: float = Field(1.0, gt=0.0)
+
+
+class Config(BaseModel):
+    """The whole configuration file."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    server: ServerSpec = Field(default_factory=ServerSpec)
+    models: tuple[ModelSpec, ...] = Field(min_length=1)
+    tenants: tuple[TenantConfig, ...] = ()
+    store: Literal["memory"] | str = "memory"
+    simulation: SimulationSpec = Field(default_factory=SimulationSpec)
+
+    @field_validator("store")
+    @classmethod
+    def _known_store(cls, value: str) -> str:
+        if value != "memory" and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("store must be 'memory' or a redis:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Config:
+        names = [model.name for model in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError(f"model names must be unique, got {names}")
+        lanes = {lane.name for model in self.models for lane in model.lanes}
+        for tenant in self.tenants:
+            unknown = set(tenant.allowed_lanes or ()) - lanes
+            if unknown:
+                raise ValueError(f"tenant {tenant.name!r} allows unknown lanes {sorted(unknown)}")
+            if tenant.default_lane not in lanes:
+                raise ValueError(
+                    f"tenant {tenant.name!r} has unknown default_lane {tenant.default_lane!r}"
+                )
+        return self
+
+    def scheduler_spec(self, *, global_slots: bool = False) -> SchedulerSpec:
+        """The part of the config the scheduler runs on."""
+        tenants = tuple(
+            TenantSpec.model_validate(t.model_dump(exclude={"api_key_env"})) for t in self.tenants
+        )
+        return SchedulerSpec(models=self.models, tenants=tenants, global_slots=global_slots)
+
+    def api_keys(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Map of API key → tenant name, read from the environment variables the tenants name.
+
+        Raises:
+            ConfigError: a named variable is unset or empty (its name is given, never a key).
+        """
+        env = os.environ if environ is None else environ
+        keys: dict[str, str] = {}
+        for tenant in self.tenants:
+            if tenant.api_key_env is None:
+                continue
+            key = env.get(tenant.api_key_env, "")
+            if not key:
+                raise ConfigError(
+                    f"tenants[{tenant.name}].api_key_env: environment variable "
+                    f"{tenant.api_key_env} is not set"
+                )
+            if key in keys:
+                raise ConfigError(f"tenants[{tenant.name}]: API key shared with another tenant")
+            keys[key] = tenant.name
+        return keys
+
+
+def _line_of(node: yaml.Node | None, loc: Sequence[int | str]) -> int | None:
+    """The 1-based line in the YAML file where the value at ``loc`` starts."""
+    line = None if node is None else node.start_mark.line + 1
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            child = next((v for k, v in node.value if getattr(k, "value", None) == part), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            child = node.value[part] if 0 <= part < len(node.value) else None
+        else:
+            child = None
+        if child is None:
+            break
+        node = child
+        line = node.start_mark.line + 1
+    return line
+
+
+def _describe(loc: Sequence[int | str]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+def parse_config(text: str, *, source: str = "<config>") -> Config:
+    """Validate YAML text; ``ConfigError`` lists each bad field with its line."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        errors = exc.errors()
+        locs = [tuple(error["loc"]) for error in errors]
+        for error in errors:
+            loc = [part for part in error["loc"] if isinstance(part, int | str)]
+            if any(len(o) > len(loc) and o[: len(loc)] == tuple(loc) for o in locs):
+                continue  # a container's error that only echoes a deeper one
+            line = _line_of(node, loc)
+            where = f" (line {line})" if line is not None else ""
+            problems.append(f"  {_describe(loc)}{where}: {error['msg']}")
+        raise ConfigError(f"{source}: invalid configuration\n" + "\n".join(problems)) from None
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a YAML config file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    return parse_config(text, source=str(path))

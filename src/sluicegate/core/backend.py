@@ -1,0 +1,60 @@
+"""Runtime state of one backend as the scheduler and the routers see it."""
+
+from __future__ import annotations
+
+from sluicegate.core.circuit import CircuitBreaker
+from sluicegate.core.spec import BackendSpec
+
+
+class BackendState:
+    """One backend's live numbers: own in-flight work plus what its engine reports.
+
+    Attributes:
+        spec: the configured backend.
+        inflight: requests this scheduler has running on it.
+        predicted_work_s: sum of predicted remaining service time of those requests.
+        kv_cache_usage: the engine's KV-cache usage in [0, 1], if scraped.
+        num_requests_waiting: the engine's own waiting queue, if scraped.
+        num_requests_running: the engine's running batch, if scraped.
+        probe_healthy: the last active health probe's verdict.
+        circuit: passive health from request outcomes.
+    """
+
+    __slots__ = (
+        "circuit",
+        "inflight",
+        "kv_cache_usage",
+        "num_requests_running",
+        "num_requests_waiting",
+        "predicted_work_s",
+        "probe_healthy",
+        "spec",
+    )
+
+    def __init__(self, spec: BackendSpec, circuit: CircuitBreaker) -> None:
+        self.spec = spec
+        self.circuit = circuit
+        self.inflight = 0
+        self.predicted_work_s = 0.0
+        self.kv_cache_usage: float | None = None
+        self.num_requests_waiting: int | None = None
+        self.num_requests_running: int | None = None
+        self.probe_healthy = True
+
+    @property
+    def name(self) -> str:
+        """The backend's configured name."""
+        return self.spec.name
+
+    def healthy(self, now: float) -> bool:
+        """Whether requests may be sent: probe says up and the circuit allows it."""
+        return self.probe_healthy and self.circuit.allows(now)
+
+    def has_room(self) -> bool:
+        """Whether the backend's own concurrency cap (if any) leaves a slot."""
+        cap = self.spec.max_concurrency
+        return cap is None or self.inflight < cap
+
+    def available(self, now: float) -> bool:
+        """Healthy and under its cap: a router may choose it."""
+        return self.has_room() and self.healthy(now)

@@ -1,0 +1,109 @@
+"""What the scheduler tells its driver to do: plain data, executed by the driver.
+
+Rejections before a ticket is queued (``Reject``) and removals after
+(``Expire``, ``Preempt``) are separate families, as in the Gateway API
+Inference Extension's flow control.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from sluicegate.core.ticket import Outcome, Ticket
+
+
+class ErrorCode(enum.Enum):
+    """Error codes the gateway puts in OpenAI's error shape."""
+
+    RATE_LIMIT_EXCEEDED = "rate_limit_exceeded"
+    QUEUE_FULL = "queue_full"
+    QUEUE_TIMEOUT = "queue_timeout"
+    OVERLOADED = "overloaded"
+    DRAINING = "draining"
+    NO_HEALTHY_BACKEND = "no_healthy_backend"
+
+
+class PreemptAction(enum.Enum):
+    """What happens to a preempted request."""
+
+    ABORT = "abort"
+    REQUEUE = "requeue"
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """Run ``ticket`` on ``backend`` now; it holds a slot until ``complete``."""
+
+    ticket: Ticket
+    backend: str
+    queued_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """The ticket waits in its lane's queue; a later decision admits or removes it."""
+
+    ticket: Ticket
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """Refuse the ticket before it is queued (HTTP ``status`` with ``retry_after_s``)."""
+
+    ticket: Ticket
+    status: int
+    code: ErrorCode
+    retry_after_s: float
+    message: str
+
+    @property
+    def outcome(self) -> Outcome:
+        """The metric outcome of this rejection."""
+        return _REJECT_OUTCOMES[self.code]
+
+
+@dataclass(frozen=True, slots=True)
+class Expire:
+    """Remove a queued ticket whose queue timeout passed (HTTP 503 ``queue_timeout``)."""
+
+    ticket: Ticket
+    retry_after_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Stop a running ticket to free its slot.
+
+    The ticket keeps its slot until the driver has closed the upstream request
+    and calls ``complete``; then ``action`` applies: ``ABORT`` ends it with
+    outcome ``preempted``, ``REQUEUE`` puts it back in its queue.
+    """
+
+    ticket: Ticket
+    backend: str
+    action: PreemptAction
+
+
+@dataclass(frozen=True, slots=True)
+class Reserve:
+    """Distributed mode: ask the shared store for a global slot for ``ticket``.
+
+    The ticket holds a local slot meanwhile. The driver answers with
+    ``Scheduler.grant`` (which yields ``Admit``) or ``Scheduler.deny``.
+    """
+
+    ticket: Ticket
+    backend: str
+
+
+Decision = Admit | Queued | Reject | Expire | Preempt | Reserve
+
+_REJECT_OUTCOMES = {
+    ErrorCode.RATE_LIMIT_EXCEEDED: Outcome.REJECTED_RATE_LIMIT,
+    ErrorCode.QUEUE_FULL: Outcome.REJECTED_QUEUE_FULL,
+    ErrorCode.OVERLOADED: Outcome.SHED,
+    ErrorCode.DRAINING: Outcome.REJECTED_UNAVAILABLE,
+    ErrorCode.NO_HEALTHY_BACKEND: Outcome.REJECTED_UNAVAILABLE,
+    ErrorCode.QUEUE_TIMEOUT: Outcome.EXPIRED,
+}

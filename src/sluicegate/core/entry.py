@@ -1,0 +1,66 @@
+"""The scheduler's mutable bookkeeping for one ticket while it is alive."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from sluicegate.core.ticket import Ticket
+
+
+class State(enum.Enum):
+    """Where a live ticket is."""
+
+    QUEUED = "queued"
+    RESERVING = "reserving"
+    RUNNING = "running"
+    PREEMPTING = "preempting"
+
+
+@dataclass(slots=True, eq=False)
+class Entry:
+    """A live ticket plus what the scheduler derived and observed about it.
+
+    Attributes:
+        ticket: the immutable request.
+        seq: submission order; the last tie-breaker of every queue key.
+        deadline: absolute deadline (the ticket's, or arrival + lane SLO).
+        predicted_output_tokens: the predictor's (or the driver's) estimate.
+        prefill_s: predicted time to first token once running.
+        decode_s_per_token: predicted time per output token.
+        service_s: ``prefill_s + predicted_output_tokens · decode_s_per_token``.
+        cost_tokens: what the ticket charges the model's in-flight token budget.
+        state: queued, reserving a global slot, running, or being preempted.
+        queue_gen: bumped on every push, so stale heap items are recognised.
+        enqueued_at: when it (last) entered a queue.
+        admitted_at: when it (last) took a slot.
+        backend: the backend it runs on.
+        borrowed: whether its slot is borrowed from another lane.
+        generated_tokens: progress reported by the driver.
+        requeues: how many times it was preempted and put back.
+        preempt_requeue: set on a ``Preempt`` decision whose action is requeue.
+        preempted_for: the lane whose waiting ticket a preemption frees a slot for.
+        expire_at: when it leaves the queue with ``queue_timeout``.
+        charged_tokens: tokens taken from the tenant's rate limit, to refund on release.
+    """
+
+    ticket: Ticket
+    seq: int
+    deadline: float
+    predicted_output_tokens: int
+    prefill_s: float
+    decode_s_per_token: float
+    service_s: float
+    cost_tokens: int
+    state: State = State.QUEUED
+    queue_gen: int = 0
+    enqueued_at: float = 0.0
+    admitted_at: float = 0.0
+    backend: str = ""
+    borrowed: bool = False
+    generated_tokens: int = 0
+    requeues: int = 0
+    preempt_requeue: bool = False
+    preempted_for: str | None = None
+    expire_at: float = 0.0
+    charged_tokens: int = 0

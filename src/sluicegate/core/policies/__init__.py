@@ -1,0 +1,34 @@
+"""Lane ordering policies, registered by name: fifo, priority, sjf, slack, fair, oracle."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sluicegate.core.policies import fair, fifo, oracle, priority, sjf, slack
+from sluicegate.core.policies.base import POLICIES, KeyedPolicy, Policy
+from sluicegate.core.queues import LaneQueue
+from sluicegate.core.spec import LaneSpec
+
+__all__ = [
+    "POLICIES",
+    "KeyedPolicy",
+    "Policy",
+    "fair",
+    "fifo",
+    "make_queue",
+    "oracle",
+    "policy_names",
+    "priority",
+    "sjf",
+    "slack",
+]
+
+
+def policy_names() -> frozenset[str]:
+    """Names of every registered policy."""
+    return POLICIES.names()
+
+
+def make_queue(lane: LaneSpec, weights: Mapping[str, float]) -> LaneQueue:
+    """The queue for ``lane`` under its configured policy."""
+    return POLICIES.get(lane.policy)().make_queue(lane, weights)

@@ -1,0 +1,17 @@
+"""Strict priority, FIFO within a priority."""
+
+from __future__ import annotations
+
+from sluicegate.core.entry import Entry
+from sluicegate.core.policies.base import POLICIES, KeyedPolicy
+
+
+@POLICIES.register("priority")
+class PriorityOrdering(KeyedPolicy):
+    """Serve the most important priority (lowest number) first, then by arrival."""
+
+    name = "priority"
+
+    def key(self, entry: Entry) -> tuple[float, ...]:
+        """(priority, arrival)."""
+        return (entry.ticket.priority, entry.ticket.arrival)

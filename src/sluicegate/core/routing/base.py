@@ -1,0 +1,41 @@
+"""The router seam: pick a backend for a ticket among a model's backends."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar, Protocol
+
+from sluicegate.core.backend import BackendState
+from sluicegate.core.registry import Registry
+from sluicegate.core.ticket import Ticket
+
+
+class Router(Protocol):
+    """Chooses where an admitted ticket runs.
+
+    Contract: ``choose`` returns one of ``backends`` for which
+    ``available(now)`` is true, or ``None`` when none is. It may keep its own
+    state (a round-robin cursor, a hash ring) but must not mutate the backends;
+    the scheduler updates their in-flight counts after the choice.
+    """
+
+    name: ClassVar[str]
+
+    def choose(
+        self, ticket: Ticket, service_s: float, backends: Sequence[BackendState], now: float
+    ) -> BackendState | None:
+        """The backend for ``ticket`` (predicted service ``service_s``), or ``None``."""
+        ...
+
+
+class RouterFactory(Protocol):
+    """A router class: built once per model with that model's backends."""
+
+    name: ClassVar[str]
+
+    def __call__(self, backends: Sequence[BackendState]) -> Router:
+        """A router for ``backends``."""
+        ...
+
+
+ROUTERS: Registry[type[Router]] = Registry("router")

@@ -1,0 +1,590 @@
+"""The scheduler: a sans-I/O state machine that decides whether, when and where requests run.
+
+A driver (the gateway in real time, the simulator in virtual time) feeds it
+events, each with a timestamp, and executes the decisions it returns::
+
+    submit(ticket, now)            -> [Admit | Queued | Reject, Preempt...]
+    complete(id, usage, now)       -> [Admit..., Preempt...]
+    cancel(id, now)                -> [Admit...]
+    tick(now)                      -> [Expire..., Admit..., Preempt...]
+    observe_backend(stats, now)    -> [Admit...]
+    grant(id, now) / deny(...)     -> distributed mode answers to ``Reserve``
+    next_wakeup()                  -> when to call ``tick`` next
+
+Nothing here reads a clock, sleeps or does I/O, so the same code runs in the
+gateway and the simulator.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable
+
+from sluicegate.core.decisions import (
+    Admit,
+    Decision,
+    ErrorCode,
+    Expire,
+    Preempt,
+    PreemptAction,
+    Queued,
+    Reject,
+    Reserve,
+)
+from sluicegate.core.entry import Entry, State
+from sluicegate.core.preemption import choose_victim, is_preemptible, required_fraction
+from sluicegate.core.ratelimit import TenantRateLimiter
+from sluicegate.core.runtime import LaneRuntime, ModelRuntime
+from sluicegate.core.spec import SchedulerSpec
+from sluicegate.core.ticket import BackendStats, Ticket, TicketId, Usage
+from sluicegate.core.views import LaneView, ModelView, view_model
+
+MIN_RETRY_AFTER_S = 1.0
+
+
+class UnknownModelError(KeyError):
+    """The ticket names a model or lane that is not configured (a driver bug: check first)."""
+
+
+class Scheduler:
+    """Admission control, queueing, preemption and routing for every configured model.
+
+    Invariants (checked by the property tests): a lane's own running count
+    never exceeds its cap; a model never admits above its effective cap or
+    token budget; every submitted ticket ends exactly once (completed,
+    rejected, expired, cancelled or preempted); with no live tickets, every
+    count is zero and every queue empty.
+    """
+
+    def __init__(
+        self, spec: SchedulerSpec, *, rate_limiter: TenantRateLimiter | None = None
+    ) -> None:
+        weights = {tenant.name: tenant.weight for tenant in spec.tenants}
+        self.spec = spec
+        self._models = {model.name: ModelRuntime(model, weights) for model in spec.models}
+        self._rate = rate_limiter if rate_limiter is not None else TenantRateLimiter(spec.tenants)
+        self._entries: dict[TicketId, Entry] = {}
+        self._expiry: list[tuple[float, int, int, Entry]] = []
+        self._seq = 0
+        self._global_slots = spec.global_slots
+        self.draining = False
+
+    # ------------------------------------------------------------------ events
+
+    def submit(self, ticket: Ticket, now: float) -> list[Decision]:
+        """A new request: admit it, queue it or reject it."""
+        model = self._model(ticket.model)
+        lane = model.lanes.get(ticket.lane)
+        if lane is None:
+            raise UnknownModelError(f"model {ticket.model!r} has no lane {ticket.lane!r}")
+        if ticket.id in self._entries:
+            raise ValueError(f"ticket {ticket.id!r} is already live")
+        refusal = self._refuse_early(model, ticket, now)
+        if refusal is not None:
+            return [refusal]
+        entry = self._new_entry(model, lane, ticket, now)
+        queue = lane.queue
+        if len(queue) >= lane.spec.max_queue and not (
+            len(queue) == 0 and self._lane_has_room(model, lane)
+        ):
+            self._rate.refund(ticket.tenant, entry.charged_tokens, now)
+            wait = self._drain_estimate_s(model, lane)
+            return [self._reject(ticket, 429, ErrorCode.QUEUE_FULL, wait, "queue is full")]
+        if lane.spec.shed_hopeless and self._hopeless(model, lane, entry, now):
+            self._rate.refund(ticket.tenant, entry.charged_tokens, now)
+            wait = self._drain_estimate_s(model, lane)
+            return [self._reject(ticket, 503, ErrorCode.OVERLOADED, wait, "deadline cannot be met")]
+        self._entries[ticket.id] = entry
+        self._enqueue(lane, entry, now)
+        out: list[Decision] = []
+        self._dispatch(model, now, out)
+        if entry.state is State.QUEUED:
+            out.insert(0, Queued(ticket))
+        return out
+
+    def complete(self, ticket_id: TicketId, usage: Usage, now: float) -> list[Decision]:
+        """A running ticket finished (or failed upstream, or was stopped after ``Preempt``).
+
+        Completing an unknown or already-ended ticket is a no-op, so a driver
+        may race a completion against a cancellation safely.
+        """
+        entry = self._entries.get(ticket_id)
+        if entry is None:
+            return []
+        if entry.state is State.QUEUED or entry.state is State.RESERVING:
+            raise ValueError(f"ticket {ticket_id!r} is {entry.state.value}, not running")
+        model = self._models[entry.ticket.model]
+        self._release(model, entry, usage.completion_tokens, now)
+        backend = model.backend(entry.backend)
+        if usage.ok:
+            backend.circuit.on_success()
+        else:
+            backend.circuit.on_failure(now)
+        preempted = entry.state is State.PREEMPTING
+        if usage.ok and not preempted:
+            self._learn(model, entry, usage, now)
+        out: list[Decision] = []
+        if preempted and entry.preempt_requeue:
+            # The waiter the slot was freed for goes first; then the victim queues again.
+            self._dispatch(model, now, out)
+            entry.requeues += 1
+            entry.generated_tokens = 0
+            self._enqueue(model.lanes[entry.ticket.lane], entry, now)
+        else:
+            self._end(entry, usage.prompt_tokens + usage.completion_tokens, now)
+        self._dispatch(model, now, out)
+        return out
+
+    def cancel(self, ticket_id: TicketId, now: float) -> list[Decision]:
+        """The client went away: drop the ticket wherever it is. Unknown ids are a no-op."""
+        entry = self._entries.get(ticket_id)
+        if entry is None:
+            return []
+        model = self._models[entry.ticket.model]
+        lane = model.lanes[entry.ticket.lane]
+        if entry.state is State.QUEUED:
+            lane.queue.remove(entry)
+            self._end(entry, 0, now)
+        else:
+            self._release(model, entry, entry.generated_tokens, now)
+            self._end(entry, entry.ticket.prompt_tokens + entry.generated_tokens, now)
+        out: list[Decision] = []
+        self._dispatch(model, now, out)
+        return out
+
+    def progress(self, ticket_id: TicketId, generated_tokens: int) -> None:
+        """A running ticket has generated ``generated_tokens`` so far (streaming drivers)."""
+        entry = self._entries.get(ticket_id)
+        if entry is not None:
+            entry.generated_tokens = generated_tokens
+
+    def tick(self, now: float) -> list[Decision]:
+        """Time passed: expire overdue tickets, then admit and preempt as needed."""
+        out: list[Decision] = []
+        touched: set[str] = set()
+        expiry = self._expiry
+        while expiry and expiry[0][0] <= now:
+            _, _, gen, entry = heapq.heappop(expiry)
+            if entry.queue_gen != gen or entry.state is not State.QUEUED:
+                continue
+            model = self._models[entry.ticket.model]
+            lane = model.lanes[entry.ticket.lane]
+            lane.queue.remove(entry)
+            self._end(entry, 0, now)
+            out.append(Expire(entry.ticket, self._retry_after(self._drain_estimate_s(model, lane))))
+            touched.add(model.spec.name)
+        for name, model in self._models.items():
+            if name in touched or (model.wakeup is not None and model.wakeup <= now):
+                self._dispatch(model, now, out)
+        return out
+
+    def observe_backend(self, stats: BackendStats, now: float) -> list[Decision]:
+        """A health probe or metrics scrape of one backend."""
+        model = self._model(stats.model)
+        backend = model.backend(stats.backend)
+        if stats.healthy is not None:
+            backend.probe_healthy = stats.healthy
+        if stats.num_requests_running is not None:
+            backend.num_requests_running = stats.num_requests_running
+        if stats.num_requests_waiting is not None:
+            backend.num_requests_waiting = stats.num_requests_waiting
+        if stats.kv_cache_usage is not None:
+            backend.kv_cache_usage = stats.kv_cache_usage
+            if model.limit is not None:
+                readings = [
+                    b.kv_cache_usage for b in model.backends if b.kv_cache_usage is not None
+                ]
+                model.limit.on_kv_usage(sum(readings) / len(readings), inflight=model.running)
+        out: list[Decision] = []
+        self._dispatch(model, now, out)
+        return out
+
+    def grant(self, ticket_id: TicketId, now: float) -> list[Decision]:
+        """Distributed mode: the store granted the global slot a ``Reserve`` asked for."""
+        entry = self._entries.get(ticket_id)
+        if entry is None or entry.state is not State.RESERVING:
+            return []
+        entry.state = State.RUNNING
+        return [Admit(entry.ticket, entry.backend, now - entry.ticket.arrival)]
+
+    def deny(self, ticket_id: TicketId, retry_after_s: float, now: float) -> list[Decision]:
+        """Distributed mode: no global slot; the ticket waits again and its lane pauses."""
+        entry = self._entries.get(ticket_id)
+        if entry is None or entry.state is not State.RESERVING:
+            return []
+        model = self._models[entry.ticket.model]
+        lane = model.lanes[entry.ticket.lane]
+        self._release(model, entry, 0, now, served=False)
+        self._enqueue(lane, entry, now)
+        lane.blocked_until = now + max(retry_after_s, 0.0)
+        out: list[Decision] = []
+        self._dispatch(model, now, out)
+        return out
+
+    def drain(self) -> None:
+        """Stop accepting new tickets; queued and running ones finish."""
+        self.draining = True
+
+    def next_wakeup(self) -> float | None:
+        """The earliest time ``tick`` has work to do, or ``None``."""
+        expiry = self._expiry
+        while expiry and (
+            expiry[0][2] != expiry[0][3].queue_gen or expiry[0][3].state is not State.QUEUED
+        ):
+            heapq.heappop(expiry)
+        times = [model.wakeup for model in self._models.values() if model.wakeup is not None]
+        if expiry:
+            times.append(expiry[0][0])
+        return min(times) if times else None
+
+    # ------------------------------------------------------------------ views
+
+    def models(self) -> list[str]:
+        """Names of the configured models."""
+        return list(self._models)
+
+    def view(self, model: str) -> ModelView:
+        """A read-only snapshot of one model's queues, counts, limits and backends."""
+        return view_model(self._model(model))
+
+    def lane_view(self, model: str, lane: str) -> LaneView:
+        """A read-only snapshot of one lane."""
+        for view in self.view(model).lanes:
+            if view.name == lane:
+                return view
+        raise UnknownModelError(f"model {model!r} has no lane {lane!r}")
+
+    def live_tickets(self) -> int:
+        """Tickets not yet ended (queued, reserving, running or being preempted)."""
+        return len(self._entries)
+
+    def state_of(self, ticket_id: TicketId) -> State | None:
+        """Where a live ticket is, or ``None`` once it has ended."""
+        entry = self._entries.get(ticket_id)
+        return None if entry is None else entry.state
+
+    def counter(self, model: str, lane: str, tenant: str) -> float | None:
+        """The tenant's fair-share counter in a ``fair`` lane, else ``None``."""
+        queue = self._model(model).lanes[lane].queue
+        read = getattr(queue, "counter", None)
+        return None if read is None else float(read(tenant))
+
+    # ------------------------------------------------------------------ internals
+
+    def _model(self, name: str) -> ModelRuntime:
+        try:
+            return self._models[name]
+        except KeyError:
+            raise UnknownModelError(f"unknown model {name!r}") from None
+
+    def _refuse_early(self, model: ModelRuntime, ticket: Ticket, now: float) -> Reject | None:
+        if self.draining:
+            return self._reject(ticket, 503, ErrorCode.DRAINING, 5.0, "gateway is draining")
+        if not model.any_healthy(now):
+            reopen = [b.circuit.reopen_at() for b in model.backends]
+            soonest = min((t for t in reopen if t is not None), default=now + 5.0)
+            return self._reject(
+                ticket, 503, ErrorCode.NO_HEALTHY_BACKEND, soonest - now, "no healthy backend"
+            )
+        wait = self._rate.try_acquire(ticket.tenant, ticket.prompt_tokens + ticket.max_tokens, now)
+        if wait > 0.0:
+            return self._reject(
+                ticket, 429, ErrorCode.RATE_LIMIT_EXCEEDED, wait, "tenant rate limit exceeded"
+            )
+        return None
+
+    def _new_entry(
+        self, model: ModelRuntime, lane: LaneRuntime, ticket: Ticket, now: float
+    ) -> Entry:
+        predictor = model.predictor
+        predicted = ticket.predicted_output_tokens
+        if predicted is None:
+            predicted = predictor.predict_output(ticket.lane, ticket.max_tokens)
+        prefill_s = predictor.prefill_s(ticket.prompt_tokens)
+        per_token_s = predictor.decode_s_per_token()
+        deadline = ticket.deadline
+        if deadline is None:
+            deadline = ticket.arrival + lane.spec.slo_ms / 1000.0
+        self._seq += 1
+        return Entry(
+            ticket=ticket,
+            seq=self._seq,
+            deadline=deadline,
+            predicted_output_tokens=predicted,
+            prefill_s=prefill_s,
+            decode_s_per_token=per_token_s,
+            service_s=prefill_s + predicted * per_token_s,
+            cost_tokens=ticket.prompt_tokens + predicted,
+            expire_at=now + lane.spec.queue_timeout_s,
+            charged_tokens=ticket.prompt_tokens + ticket.max_tokens,
+        )
+
+    def _enqueue(self, lane: LaneRuntime, entry: Entry, now: float) -> None:
+        entry.state = State.QUEUED
+        entry.enqueued_at = now
+        lane.queue.push(entry)
+        heapq.heappush(self._expiry, (entry.expire_at, entry.seq, entry.queue_gen, entry))
+
+    @staticmethod
+    def _lane_has_room(model: ModelRuntime, lane: LaneRuntime) -> bool:
+        """Whether a ticket of ``lane`` could take a slot now (own quota or borrowed)."""
+        if model.running >= model.cap():
+            return False
+        return lane.own < lane.cap or (lane.spec.borrow and model.lendable() > 0)
+
+    def _hopeless(self, model: ModelRuntime, lane: LaneRuntime, entry: Entry, now: float) -> bool:
+        if len(lane.queue) == 0 and self._lane_has_room(model, lane):
+            wait = 0.0
+        else:
+            wait = self._drain_estimate_s(model, lane)
+        return now + wait + entry.service_s > entry.deadline
+
+    def _drain_estimate_s(self, model: ModelRuntime, lane: LaneRuntime) -> float:
+        """Time for the queue ahead to drain at the lane's service rate."""
+        slots = max(1, min(lane.cap, model.cap()))
+        return (len(lane.queue) + 1) * model.predictor.mean_service_s(lane.spec.name) / slots
+
+    @staticmethod
+    def _retry_after(seconds: float) -> float:
+        return max(MIN_RETRY_AFTER_S, seconds) if math.isfinite(seconds) else 60.0
+
+    def _reject(
+        self, ticket: Ticket, status: int, code: ErrorCode, wait_s: float, message: str
+    ) -> Reject:
+        return Reject(ticket, status, code, self._retry_after(wait_s), message)
+
+    def _end(self, entry: Entry, used_tokens: int, now: float) -> None:
+        del self._entries[entry.ticket.id]
+        unused = entry.charged_tokens - used_tokens
+        if unused > 0:
+            self._rate.refund(entry.ticket.tenant, unused, now)
+
+    def _learn(self, model: ModelRuntime, entry: Entry, usage: Usage, now: float) -> None:
+        ticket = entry.ticket
+        model.predictor.observe(
+            lane=ticket.lane,
+            max_tokens=ticket.max_tokens,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            ttft_s=usage.ttft_s,
+            duration_s=now - entry.admitted_at,
+        )
+        if model.limit is not None and usage.ttft_s is not None:
+            model.limit.on_sample(rtt_s=usage.ttft_s, inflight=model.running + 1, dropped=False)
+
+    def _release(
+        self,
+        model: ModelRuntime,
+        entry: Entry,
+        completion_tokens: int,
+        now: float,
+        *,
+        served: bool = True,
+    ) -> None:
+        """Give back the slot, tokens and backend share ``entry`` holds."""
+        lane = model.lanes[entry.ticket.lane]
+        if entry.borrowed:
+            lane.borrowed -= 1
+            model.borrowed_running -= 1
+        else:
+            lane.own -= 1
+        model.running -= 1
+        model.inflight_tokens -= entry.cost_tokens
+        del model.running_entries[entry.ticket.id]
+        model.running_by_priority[entry.ticket.priority] -= 1
+        backend = model.backend(entry.backend)
+        backend.inflight -= 1
+        backend.predicted_work_s -= entry.service_s
+        if backend.inflight == 0:
+            backend.predicted_work_s = 0.0
+        if entry.preempted_for is not None:
+            model.lanes[entry.preempted_for].pending_preempts -= 1
+            entry.preempted_for = None
+        prompt_tokens = entry.ticket.prompt_tokens if served else 0
+        lane.queue.on_finish(entry, prompt_tokens, completion_tokens)
+
+    # ------------------------------------------------------------------ dispatch
+
+    def _dispatch(self, model: ModelRuntime, now: float, out: list[Decision]) -> None:
+        """Grant free capacity to waiting tickets, then preempt for urgent ones."""
+        lanes = model.lane_order
+        if any(lane.pending_preempts for lane in lanes):
+            lanes = sorted(lanes, key=lambda lane: lane.pending_preempts == 0)
+        no_backend = False
+        for borrowing in (False, True):
+            for lane in lanes:
+                if not self._admit_lane(model, lane, borrowing, now, out):
+                    no_backend = True
+                    break
+            if no_backend:
+                break
+        self._preempt_for_blocked(model, now, out)
+
+    def _admit_lane(
+        self,
+        model: ModelRuntime,
+        lane: LaneRuntime,
+        borrowing: bool,
+        now: float,
+        out: list[Decision],
+    ) -> bool:
+        """Admit from ``lane`` while it has room; ``False`` if no backend could take one."""
+        queue = lane.queue
+        if lane.blocked_until > now:
+            return True
+        if borrowing and not lane.spec.borrow:
+            return True
+        while len(queue) and model.running < model.cap():
+            if borrowing:
+                if model.lendable() <= 0:
+                    return True
+            elif lane.own >= lane.cap:
+                return True
+            head = queue.peek()
+            if head is None or not model.tokens_fit(head):
+                return True
+            backend = model.router.choose(head.ticket, head.service_s, model.backends, now)
+            if backend is None:
+                return False
+            queue.pop()
+            queue.on_admit(head)
+            head.state = State.RESERVING if self._global_slots else State.RUNNING
+            head.admitted_at = now
+            head.backend = backend.spec.name
+            head.borrowed = borrowing
+            if borrowing:
+                lane.borrowed += 1
+                model.borrowed_running += 1
+            else:
+                lane.own += 1
+            model.running += 1
+            model.inflight_tokens += head.cost_tokens
+            model.running_entries[head.ticket.id] = head
+            model.running_by_priority[head.ticket.priority] += 1
+            backend.inflight += 1
+            backend.predicted_work_s += head.service_s
+            backend.circuit.on_dispatch()
+            if self._global_slots:
+                out.append(Reserve(head.ticket, backend.spec.name))
+            else:
+                out.append(Admit(head.ticket, backend.spec.name, now - head.ticket.arrival))
+        return True
+
+    def _preempt_for_blocked(self, model: ModelRuntime, now: float, out: list[Decision]) -> None:
+        """Preempt a running ticket for each lane whose waiting head is urgent or reclaiming.
+
+        Also sets ``model.wakeup``: the next moment a blocked head becomes
+        urgent, a victim becomes preemptible, a paused lane resumes, or an
+        open circuit lets a probe through.
+        """
+        wakeups: list[float] = []
+        for lane in model.lane_order:
+            head = lane.queue.peek()
+            if head is None:
+                continue
+            if lane.blocked_until > now:
+                wakeups.append(lane.blocked_until)
+                continue
+            if lane.pending_preempts or not model.running_entries:
+                continue
+            lane_full = lane.own >= lane.cap and not (lane.spec.borrow and model.lendable() > 0)
+            reclaim = not lane_full and model.borrowed_running > 0
+            if not reclaim and not model.runs_less_important_than(head.ticket.priority):
+                continue
+            urgent_at = head.deadline - head.service_s - model.spec.preempt_slack_s
+            after_ms = lane.spec.preempt_after_ms
+            if after_ms is not None:
+                urgent_at = min(urgent_at, head.enqueued_at + after_ms / 1000.0)
+            urgent = now >= urgent_at
+            if not urgent:
+                wakeups.append(urgent_at)
+                if not reclaim:
+                    continue
+            candidates = [
+                victim
+                for victim in self._victims(model, lane, head, urgent=urgent, reclaim=reclaim)
+                if self._would_unblock(model, lane, head, victim, lane_full=lane_full, now=now)
+            ]
+            ready = [
+                v for v in candidates if is_preemptible(v, model.lanes[v.ticket.lane].spec, now)
+            ]
+            victim = choose_victim(ready, now)
+            if victim is None:
+                wakeups.extend(self._eligible_at(model, candidates, now))
+                continue
+            self._preempt(model, lane, victim, out)
+        if not model.any_healthy(now) and any(len(lane.queue) for lane in model.lane_order):
+            wakeups.extend(t for b in model.backends if (t := b.circuit.reopen_at()) is not None)
+        model.wakeup = min(wakeups) if wakeups else None
+
+    def _victims(
+        self, model: ModelRuntime, lane: LaneRuntime, head: Entry, *, urgent: bool, reclaim: bool
+    ) -> Iterable[Entry]:
+        name = lane.spec.name
+        priority = head.ticket.priority
+        for victim in model.running_entries.values():
+            if victim.state is not State.RUNNING:
+                continue
+            if (reclaim and victim.borrowed and victim.ticket.lane != name) or (
+                urgent and victim.ticket.priority > priority
+            ):
+                yield victim
+
+    @staticmethod
+    def _would_unblock(
+        model: ModelRuntime,
+        lane: LaneRuntime,
+        head: Entry,
+        victim: Entry,
+        *,
+        lane_full: bool,
+        now: float,
+    ) -> bool:
+        """Whether stopping ``victim`` frees what ``head`` waits for.
+
+        A victim admitted at this very instant is never chosen: admitting and
+        preempting in one step would only churn.
+        """
+        if victim.admitted_at >= now:
+            return False
+        if lane_full:
+            return victim.ticket.lane == lane.spec.name and not victim.borrowed
+        if model.tokens_fit(head):
+            return True
+        budget = model.spec.max_inflight_tokens or 0
+        return model.inflight_tokens - victim.cost_tokens + head.cost_tokens <= budget
+
+    @staticmethod
+    def _eligible_at(model: ModelRuntime, candidates: list[Entry], now: float) -> list[float]:
+        """When fraction-gated candidates will have generated enough to be preemptible."""
+        times = []
+        for victim in candidates:
+            fraction = required_fraction(
+                model.lanes[victim.ticket.lane].spec, victim.ticket.priority
+            )
+            if fraction is None:
+                continue
+            at = (
+                victim.admitted_at
+                + victim.prefill_s
+                + fraction * victim.ticket.max_tokens * victim.decode_s_per_token
+            )
+            times.append(max(at, now + 0.01))
+        return times
+
+    def _preempt(
+        self, model: ModelRuntime, lane: LaneRuntime, victim: Entry, out: list[Decision]
+    ) -> None:
+        victim_lane = model.lanes[victim.ticket.lane].spec
+        requeue = (
+            victim_lane.preempt_action == "requeue"
+            and not victim.ticket.streaming
+            and victim.requeues < victim_lane.max_requeues
+        )
+        victim.state = State.PREEMPTING
+        victim.preempt_requeue = requeue
+        victim.preempted_for = lane.spec.name
+        lane.pending_preempts += 1
+        action = PreemptAction.REQUEUE if requeue else PreemptAction.ABORT
+        out.append(Preempt(victim.ticket, victim.backend, action))

@@ -1,0 +1,93 @@
+"""Read-only snapshots of scheduler state, for admin endpoints, metrics and tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sluicegate.core.runtime import ModelRuntime
+
+
+@dataclass(frozen=True, slots=True)
+class LaneView:
+    """One lane: queue depth, running counts and cap."""
+
+    name: str
+    queued: int
+    own: int
+    borrowed: int
+    cap: int
+    max_queue: int
+    policy: str
+
+    @property
+    def running(self) -> int:
+        """Own plus borrowed running tickets."""
+        return self.own + self.borrowed
+
+
+@dataclass(frozen=True, slots=True)
+class BackendView:
+    """One backend: own in-flight count and what its engine last reported."""
+
+    name: str
+    inflight: int
+    healthy: bool
+    circuit: str
+    kv_cache_usage: float | None
+    num_requests_waiting: int | None
+    num_requests_running: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelView:
+    """One model: lanes, backends, running count, effective cap and token budget use."""
+
+    name: str
+    running: int
+    cap: int
+    configured_cap: int
+    inflight_tokens: int
+    max_inflight_tokens: int | None
+    lanes: tuple[LaneView, ...]
+    backends: tuple[BackendView, ...]
+
+    @property
+    def queued(self) -> int:
+        """Tickets waiting in all lanes."""
+        return sum(lane.queued for lane in self.lanes)
+
+
+def view_model(model: ModelRuntime) -> ModelView:
+    """Snapshot ``model``."""
+    return ModelView(
+        name=model.spec.name,
+        running=model.running,
+        cap=model.cap(),
+        configured_cap=model.spec.max_concurrency,
+        inflight_tokens=model.inflight_tokens,
+        max_inflight_tokens=model.spec.max_inflight_tokens,
+        lanes=tuple(
+            LaneView(
+                name=lane.spec.name,
+                queued=len(lane.queue),
+                own=lane.own,
+                borrowed=lane.borrowed,
+                cap=lane.cap,
+                max_queue=lane.spec.max_queue,
+                policy=lane.spec.policy,
+            )
+            for lane in model.lane_order
+        ),
+        backends=tuple(
+            BackendView(
+                name=backend.spec.name,
+                inflight=backend.inflight,
+                healthy=backend.probe_healthy,
+                circuit=backend.circuit.state.value,
+                kv_cache_usage=backend.kv_cache_usage,
+                num_requests_waiting=backend.num_requests_waiting,
+                num_requests_running=backend.num_requests_running,
+            )
+            for backend in model.backends
+        ),
+    )

@@ -1,0 +1,154 @@
+"""The parameters of one modelled engine replica: capacity limits and step-time coefficients."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+_MAX_SEQS = 1_000_000
+_MAX_BLOCK = 1024
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
+
+
+def _check_coefficient(name: str, value: float) -> None:
+    _require(
+        math.isfinite(value) and value >= 0.0,
+        f"{name} must be a finite number of seconds >= 0, got {value!r}",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Capacity and timing of one continuous-batching engine (one replica).
+
+    A step (one forward pass over the batch) lasts::
+
+        duration_s = base_s
+                     + per_prefill_token_s · prefill_tokens
+                     + per_decode_seq_s   · decode_seqs
+                     + per_kv_token_s     · kv_tokens_attended
+
+    where ``kv_tokens_attended`` is the sum, over the sequences in the step, of
+    their context length after the step (the KV the attention kernels read).
+
+    Attributes:
+        max_num_seqs: most sequences in the running batch (vLLM ``--max-num-seqs``).
+        max_num_batched_tokens: per-step token budget (vLLM
+            ``--max-num-batched-tokens``); a decode costs 1, a prefill chunk its length.
+        kv_capacity_tokens: KV-cache size in tokens; rounded down to whole blocks.
+        block_size: tokens per KV block; a sequence of n tokens holds ⌈n/block_size⌉ blocks.
+        enable_chunked_prefill: split prompts longer than the remaining budget
+            across steps. When off, a prompt (plus tokens to recompute after a
+            preemption) must fit in one step's budget.
+        base_s: fixed cost of a step (weights read once per step, launch overhead).
+        per_prefill_token_s: cost per prompt (or recomputed) token in the step.
+        per_decode_seq_s: cost per sequence decoding one token in the step.
+        per_kv_token_s: cost per context token attended in the step.
+        batch_independent: model ``max_num_seqs`` independent servers instead of
+            one shared batch: each request's service time is its solo time,
+            whatever else is running, and KV capacity never preempts. Used for
+            exact queueing-theory (Erlang C) checks; see ``Engine``.
+    """
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_capacity_tokens: int
+    block_size: int = 16
+    enable_chunked_prefill: bool = True
+    base_s: float = 0.005
+    per_prefill_token_s: float = 0.0
+    per_decode_seq_s: float = 0.0
+    per_kv_token_s: float = 0.0
+    batch_independent: bool = False
+
+    def __post_init__(self) -> None:
+        _require(
+            1 <= self.max_num_seqs <= _MAX_SEQS,
+            f"max_num_seqs must be in [1, {_MAX_SEQS}], got {self.max_num_seqs}",
+        )
+        _require(
+            self.max_num_batched_tokens >= 1,
+            f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}",
+        )
+        _require(
+            1 <= self.block_size <= _MAX_BLOCK,
+            f"block_size must be in [1, {_MAX_BLOCK}], got {self.block_size}",
+        )
+        _require(
+            self.kv_capacity_tokens >= self.block_size,
+            f"kv_capacity_tokens must be >= block_size ({self.block_size}), "
+            f"got {self.kv_capacity_tokens}",
+        )
+        for name in ("base_s", "per_prefill_token_s", "per_decode_seq_s", "per_kv_token_s"):
+            _check_coefficient(name, getattr(self, name))
+        _require(
+            self.base_s > 0.0, f"base_s must be > 0 (every step takes time), got {self.base_s}"
+        )
+
+    @property
+    def num_blocks(self) -> int:
+        """Whole KV blocks available: ``kv_capacity_tokens // block_size``."""
+        return self.kv_capacity_tokens // self.block_size
+
+    def check_request(self, prompt_tokens: int, max_tokens: int) -> None:
+        """Raise ``ValueError`` unless a request of this size could ever run alone.
+
+        It must have ``prompt_tokens, max_tokens >= 1`` and, unless
+        ``batch_independent``, ``prompt + max_tokens`` within the KV capacity
+        (whole blocks) and, with chunked prefill off, within the step budget.
+        """
+        if prompt_tokens < 1 or max_tokens < 1:
+            raise ValueError(
+                f"prompt_tokens and max_tokens must be >= 1, got {prompt_tokens}, {max_tokens}"
+            )
+        if self.batch_independent:
+            return
+        longest = prompt_tokens + max_tokens
+        capacity = self.num_blocks * self.block_size
+        if longest > capacity:
+            raise ValueError(
+                f"prompt_tokens + max_tokens = {longest} exceeds the KV capacity of "
+                f"{capacity} tokens"
+            )
+        if not self.enable_chunked_prefill and longest > self.max_num_batched_tokens:
+            raise ValueError(
+                f"prompt_tokens + max_tokens = {longest} exceeds max_num_batched_tokens = "
+                f"{self.max_num_batched_tokens} with chunked prefill off"
+            )
+
+    def solo_service_s(self, prompt_tokens: int, output_tokens: int) -> float:
+        """Time from admission to last token for a request alone on the engine.
+
+        Prefill steps (chunks of at most ``max_num_batched_tokens`` with chunked
+        prefill; one step when ``batch_independent``) each cost
+        ``step_s(chunk, 0, context)``, the last one emitting token 1; token g + 1
+        then costs ``step_s(0, 1, prompt + g)`` for g = 1 … o − 1, which sums to
+        ``(o−1)·(base + b) + c·((o−1)·p + (o−1)·o/2)``.
+        """
+        if prompt_tokens < 1 or output_tokens < 1:
+            raise ValueError("prompt_tokens and output_tokens must be >= 1")
+        chunk = prompt_tokens
+        if self.enable_chunked_prefill and not self.batch_independent:
+            chunk = self.max_num_batched_tokens
+        total = 0.0
+        context = 0
+        while context < prompt_tokens:
+            n = min(chunk, prompt_tokens - context)
+            context += n
+            total += self.step_s(n, 0, context)
+        decodes = output_tokens - 1
+        kv = decodes * prompt_tokens + decodes * output_tokens // 2
+        return total + decodes * (self.base_s + self.per_decode_seq_s) + self.per_kv_token_s * kv
+
+    def step_s(self, prefill_tokens: int, decode_seqs: int, kv_tokens_attended: int) -> float:
+        """Duration of one step with this batch composition (the formula above)."""
+        return (
+            self.base_s
+            + self.per_prefill_token_s * prefill_tokens
+            + self.per_decode_seq_s * decode_seqs
+            + self.per_kv_token_s * kv_tokens_attended
+        )

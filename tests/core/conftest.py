@@ -1,0 +1,113 @@
+"""Shared builders for the core scheduler tests: lanes, one-model specs and tickets.
+
+The fixtures are session-scoped and return plain functions, so they also work
+inside hypothesis tests. Builders default to what makes behaviour observable:
+one backend ``b0``, model ``m``, lane ``main`` with ``max_concurrency`` 1,
+``fifo``, ``preemptible: never``, and hour-long timeouts and SLOs so nothing
+expires or turns urgent unless a test asks for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from sluicegate.core.decisions import Admit, Decision
+from sluicegate.core.spec import BackendSpec, LaneSpec, ModelSpec, SchedulerSpec, TenantSpec
+from sluicegate.core.ticket import Ticket, TicketId
+
+MODEL = "m"
+LANE = "main"
+
+
+def build_lane(name: str = LANE, **overrides: Any) -> LaneSpec:
+    """A lane with test-friendly defaults; ``overrides`` are ``LaneSpec`` fields."""
+    fields: dict[str, Any] = {
+        "name": name,
+        "max_concurrency": 1,
+        "policy": "fifo",
+        "preemptible": "never",
+        "queue_timeout_s": 3600.0,
+        "slo_ms": 3_600_000.0,
+    }
+    fields.update(overrides)
+    return LaneSpec(**fields)
+
+
+def build_spec(
+    *lanes: LaneSpec,
+    tenants: Sequence[TenantSpec] = (),
+    backends: Sequence[str] = ("b0",),
+    global_slots: bool = False,
+    **model_overrides: Any,
+) -> SchedulerSpec:
+    """A scheduler spec with one model ``m`` holding ``lanes`` (default: one ``main`` lane)."""
+    model = ModelSpec(
+        name=MODEL,
+        backends=tuple(BackendSpec(name=name) for name in backends),
+        lanes=lanes or (build_lane(),),
+        **model_overrides,
+    )
+    return SchedulerSpec(models=(model,), tenants=tuple(tenants), global_slots=global_slots)
+
+
+def build_ticket(
+    name: str,
+    *,
+    tenant: str = "t",
+    lane: str = LANE,
+    priority: int = 2,
+    prompt_tokens: int = 100,
+    max_tokens: int = 100,
+    arrival: float = 0.0,
+    deadline: float | None = None,
+    predicted: int | None = None,
+    true_output: int | None = None,
+    streaming: bool = False,
+) -> Ticket:
+    """A ticket for model ``m`` with id ``name``."""
+    return Ticket(
+        id=TicketId(name),
+        model=MODEL,
+        tenant=tenant,
+        lane=lane,
+        priority=priority,
+        prompt_tokens=prompt_tokens,
+        max_tokens=max_tokens,
+        arrival=arrival,
+        deadline=deadline,
+        predicted_output_tokens=predicted,
+        true_output_tokens=true_output,
+        streaming=streaming,
+    )
+
+
+def admitted_ids(decisions: Sequence[Decision]) -> list[str]:
+    """Ids of the tickets ``decisions`` admit, in order."""
+    return [d.ticket.id for d in decisions if isinstance(d, Admit)]
+
+
+@pytest.fixture(scope="session")
+def make_lane() -> Callable[..., LaneSpec]:
+    """``build_lane``: a ``LaneSpec`` with test-friendly defaults."""
+    return build_lane
+
+
+@pytest.fixture(scope="session")
+def make_spec() -> Callable[..., SchedulerSpec]:
+    """``build_spec``: a one-model ``SchedulerSpec``."""
+    return build_spec
+
+
+@pytest.fixture(scope="session")
+def make_ticket() -> Callable[..., Ticket]:
+    """``build_ticket``: a ``Ticket`` for model ``m``."""
+    return build_ticket
+
+
+@pytest.fixture(scope="session")
+def admitted() -> Callable[[Sequence[Decision]], list[str]]:
+    """``admitted_ids``: ids of the admitted tickets in a decision list."""
+    return admitted_ids

@@ -1,0 +1,247 @@
+"""Adaptive concurrency limits: conformance over every mode, then each mode's rule."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sluicegate.core.limits import Limit, limit_names, make_limit
+from sluicegate.core.limits.gradient import GradientLimit
+from sluicegate.core.spec import AdaptiveSpec
+
+BASELINE_S = 0.2
+
+_event = st.one_of(
+    st.tuples(
+        st.just("sample"),
+        st.one_of(st.floats(min_value=0.0, max_value=100.0), st.just(float("nan"))),
+        st.integers(min_value=0, max_value=200),
+        st.booleans(),
+    ),
+    st.tuples(
+        st.just("kv"),
+        st.floats(min_value=0.0, max_value=1.0),
+        st.integers(min_value=0, max_value=200),
+        st.just(False),
+    ),
+)
+
+
+def _limit(mode: str, cap: int = 64, **settings_: object) -> Limit:
+    return make_limit(AdaptiveSpec.model_validate({"mode": mode, **settings_}), cap)
+
+
+def _loaded_samples(limit: Limit, rtt_s: float, count: int) -> None:
+    for _ in range(count):
+        limit.on_sample(rtt_s=rtt_s, inflight=limit.value, dropped=False)
+
+
+def test_every_configurable_mode_is_registered() -> None:
+    """Each mode AdaptiveSpec accepts has a registered implementation, and no more."""
+    modes = frozenset(get_args(AdaptiveSpec.model_fields["mode"].annotation))
+    assert limit_names() == modes
+
+
+@pytest.mark.parametrize("mode", sorted(limit_names()))
+def test_limit_starts_at_cap(mode: str) -> None:
+    """A fresh limit's value is the configured cap."""
+    assert _limit(mode, cap=37).value == 37
+
+
+@pytest.mark.parametrize("mode", sorted(limit_names()))
+def test_limit_name_matches_registration(mode: str) -> None:
+    """The class's ``name`` is the mode it is registered under."""
+    assert _limit(mode).name == mode
+
+
+@pytest.mark.parametrize("mode", sorted(limit_names()))
+@settings(max_examples=60, deadline=None)
+@given(
+    events=st.lists(_event, max_size=300),
+    floor=st.integers(min_value=1, max_value=8),
+    extra=st.integers(min_value=0, max_value=100),
+)
+def test_value_stays_an_int_within_floor_and_cap(
+    mode: str, events: list[tuple[str, float, int, bool]], floor: int, extra: int
+) -> None:
+    """Under any sequence of samples and KV readings, value is an int in [floor, cap]."""
+    cap = floor + extra
+    limit = _limit(mode, cap=cap, floor=floor, long_window=20)
+    for kind, reading, inflight, dropped in events:
+        if kind == "sample":
+            limit.on_sample(rtt_s=reading, inflight=inflight, dropped=dropped)
+        else:
+            limit.on_kv_usage(reading, inflight=inflight)
+        assert type(limit.value) is int
+        assert floor <= limit.value <= cap
+
+
+@pytest.mark.parametrize("mode", sorted(limit_names()))
+def test_make_limit_rejects_cap_below_floor(mode: str) -> None:
+    """A cap below the floor is a configuration error naming the floor."""
+    with pytest.raises(ValueError, match=r"floor \(4\)"):
+        _limit(mode, cap=3, floor=4)
+
+
+def test_kv_cache_falls_multiplicatively_above_high_water() -> None:
+    """Above high water each reading sets L = floor(L * decrease)."""
+    limit = _limit("kv_cache", cap=100, decrease=0.5)
+    limit.on_kv_usage(0.95, inflight=100)
+    assert limit.value == 50
+    limit.on_kv_usage(0.95, inflight=50)
+    assert limit.value == 25
+
+
+def test_kv_cache_always_drops_by_at_least_one_until_floor() -> None:
+    """A small limit still shrinks by one per high reading, and stops at the floor."""
+    limit = _limit("kv_cache", cap=3, floor=2, decrease=0.9)
+    limit.on_kv_usage(0.99, inflight=3)
+    assert limit.value == 2
+    limit.on_kv_usage(0.99, inflight=2)
+    assert limit.value == 2
+
+
+def test_kv_cache_recovers_additively_below_low_water() -> None:
+    """Below low water each reading adds ``increase``, up to the cap."""
+    limit = _limit("kv_cache", cap=20, decrease=0.5, increase=3)
+    limit.on_kv_usage(0.95, inflight=20)
+    assert limit.value == 10
+    limit.on_kv_usage(0.1, inflight=10)
+    assert limit.value == 13
+    for _ in range(10):
+        limit.on_kv_usage(0.1, inflight=10)
+    assert limit.value == 20
+
+
+def test_kv_cache_holds_between_watermarks() -> None:
+    """A reading between the watermarks leaves the limit where it is."""
+    limit = _limit("kv_cache", cap=20, decrease=0.5)
+    limit.on_kv_usage(0.95, inflight=20)
+    limit.on_kv_usage(0.8, inflight=10)
+    assert limit.value == 10
+
+
+def test_kv_cache_ignores_latency_samples() -> None:
+    """Latency samples, even drops, do not move a kv_cache limit."""
+    limit = _limit("kv_cache", cap=20)
+    limit.on_sample(rtt_s=100.0, inflight=20, dropped=True)
+    assert limit.value == 20
+
+
+def test_gradient_falls_when_ttft_triples_under_load() -> None:
+    """With TTFT at 3x its long-run level, the limit shrinks well below the cap."""
+    limit = _limit("latency", cap=100)
+    _loaded_samples(limit, BASELINE_S, 100)
+    assert limit.value == 100
+    _loaded_samples(limit, 3 * BASELINE_S, 30)
+    assert limit.value < 50
+
+
+def test_gradient_recovers_when_ttft_returns_to_baseline() -> None:
+    """After the slow spell ends, baseline samples grow the limit back to the cap."""
+    limit = _limit("latency", cap=100)
+    _loaded_samples(limit, BASELINE_S, 100)
+    _loaded_samples(limit, 3 * BASELINE_S, 30)
+    dipped = limit.value
+    _loaded_samples(limit, BASELINE_S, 300)
+    assert dipped < 50
+    assert limit.value == 100
+
+
+def test_gradient_holds_while_app_limited() -> None:
+    """With fewer than L/2 requests in flight, slow samples do not move the limit."""
+    limit = _limit("latency", cap=100)
+    _loaded_samples(limit, BASELINE_S, 50)
+    for _ in range(50):
+        limit.on_sample(rtt_s=10 * BASELINE_S, inflight=49, dropped=False)
+    assert limit.value == 100
+
+
+def test_gradient_drop_counts_as_a_slow_sample() -> None:
+    """A drop under load shrinks the limit as a sample at twice the long RTT would."""
+    dropped = _limit("latency", cap=100, tolerance=1.0)
+    slow = _limit("latency", cap=100, tolerance=1.0)
+    for limit in (dropped, slow):
+        _loaded_samples(limit, BASELINE_S, 50)
+    dropped.on_sample(rtt_s=0.0, inflight=100, dropped=True)
+    # One sample of 2*long moves the long average too, so compare with a tolerance of one.
+    slow.on_sample(rtt_s=2 * BASELINE_S, inflight=100, dropped=False)
+    assert dropped.value < 100
+    assert abs(dropped.value - slow.value) <= 1
+
+
+def _gradient(**settings_: object) -> GradientLimit:
+    return GradientLimit(AdaptiveSpec.model_validate({"mode": "latency", **settings_}), 100)
+
+
+def test_gradient_long_rtt_is_the_mean_while_warming_up() -> None:
+    """Before 1/alpha samples the long RTT is the plain mean of the samples so far."""
+    limit = _gradient(long_window=600)
+    for rtt_s in (0.1, 0.2, 0.6):
+        limit.on_sample(rtt_s=rtt_s, inflight=0, dropped=False)
+    assert limit.long_rtt_s == pytest.approx(0.3)
+
+
+def test_gradient_long_rtt_is_an_exponential_average_after_warm_up() -> None:
+    """Once warm, each sample moves the long RTT by alpha = 2/(window+1) of the gap."""
+    limit = _gradient(long_window=3)
+    for _ in range(5):
+        limit.on_sample(rtt_s=1.0, inflight=0, dropped=False)
+    limit.on_sample(rtt_s=0.6, inflight=0, dropped=False)
+    assert limit.long_rtt_s == pytest.approx(0.8)
+
+
+def test_gradient_long_rtt_decays_when_far_above_the_sample() -> None:
+    """When long/short exceeds 2 the stored long RTT is also multiplied by 0.95."""
+    limit = _gradient(long_window=3)
+    for _ in range(5):
+        limit.on_sample(rtt_s=1.0, inflight=0, dropped=False)
+    limit.on_sample(rtt_s=0.2, inflight=0, dropped=False)
+    assert limit.long_rtt_s == pytest.approx(0.6 * 0.95)
+
+
+def test_gradient_ignores_kv_usage() -> None:
+    """KV readings do not move a latency limit."""
+    limit = _limit("latency", cap=20)
+    limit.on_kv_usage(1.0, inflight=20)
+    assert limit.value == 20
+
+
+def test_aimd_decreases_on_drop() -> None:
+    """A dropped request sets L = floor(L * decrease)."""
+    limit = _limit("aimd", cap=50, decrease=0.5)
+    limit.on_sample(rtt_s=0.1, inflight=50, dropped=True)
+    assert limit.value == 25
+
+
+def test_aimd_decreases_on_timeout() -> None:
+    """A sample slower than timeout_s counts as a drop."""
+    limit = _limit("aimd", cap=50, decrease=0.5, timeout_s=1.0)
+    limit.on_sample(rtt_s=1.5, inflight=50, dropped=False)
+    assert limit.value == 25
+
+
+def test_aimd_increases_under_load() -> None:
+    """A good sample with inflight*2 >= L adds ``increase``."""
+    limit = _limit("aimd", cap=50, decrease=0.5, increase=2)
+    limit.on_sample(rtt_s=0.1, inflight=50, dropped=True)
+    limit.on_sample(rtt_s=0.1, inflight=13, dropped=False)
+    assert limit.value == 27
+
+
+def test_aimd_holds_when_app_limited() -> None:
+    """A good sample with inflight*2 < L leaves the limit unchanged."""
+    limit = _limit("aimd", cap=50, decrease=0.5)
+    limit.on_sample(rtt_s=0.1, inflight=50, dropped=True)
+    limit.on_sample(rtt_s=0.1, inflight=12, dropped=False)
+    assert limit.value == 25
+
+
+def test_aimd_ignores_kv_usage() -> None:
+    """KV readings do not move an AIMD limit."""
+    limit = _limit("aimd", cap=20)
+    limit.on_kv_usage(1.0, inflight=20)
+    assert limit.value == 20

@@ -1,0 +1,357 @@
+"""Hypothesis state machine: the scheduler's invariants hold under any interleaving of events.
+
+A model driver executes every decision the way the gateway does (Admit → running,
+Preempt → stop then complete, Reserve → grant or deny later) and checks after
+every step that caps, budgets and the ticket ledger agree with the scheduler.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from sluicegate.core import (
+    AdaptiveSpec,
+    Admit,
+    AfterFraction,
+    BackendSpec,
+    BackendStats,
+    Decision,
+    Expire,
+    LaneSpec,
+    ModelSpec,
+    Preempt,
+    PreemptAction,
+    Queued,
+    Reject,
+    Reserve,
+    Scheduler,
+    SchedulerSpec,
+    TenantSpec,
+    Ticket,
+    TicketId,
+    Usage,
+)
+from sluicegate.core.policies import policy_names
+
+MODEL = "m"
+TENANTS = ("alice", "bob", "carol")
+
+
+def _lanes(policies: list[str], borrow: list[bool], requeue: bool) -> tuple[LaneSpec, ...]:
+    return (
+        LaneSpec(
+            name="interactive",
+            max_concurrency=2,
+            max_queue=6,
+            queue_timeout_s=5.0,
+            slo_ms=3_000.0,
+            policy=policies[0],
+            preemptible="never",
+            borrow=borrow[0],
+        ),
+        LaneSpec(
+            name="batch",
+            max_concurrency=2,
+            max_queue=8,
+            queue_timeout_s=20.0,
+            slo_ms=10_000.0,
+            policy=policies[1],
+            preemptible=AfterFraction(after_fraction=0.5),
+            preempt_action="requeue" if requeue else "abort",
+            borrow=borrow[1],
+        ),
+        LaneSpec(
+            name="best_effort",
+            max_concurrency=1,
+            max_queue=8,
+            queue_timeout_s=30.0,
+            slo_ms=60_000.0,
+            policy=policies[2],
+            preemptible="priority",
+            preempt_action="requeue" if requeue else "abort",
+            max_requeues=2,
+            borrow=borrow[2],
+            lend=False,
+        ),
+    )
+
+
+class SchedulerMachine(RuleBasedStateMachine):
+    """Random submits, completes, cancels, ticks, observations and global-slot answers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.n = 0
+        self.ended: Counter[str] = Counter()
+        self.submitted: set[str] = set()
+        self.queued: set[str] = set()
+        self.reserving: dict[str, str] = {}
+        self.running: dict[str, str] = {}
+        self.preempting: set[str] = set()
+        self.tickets: dict[str, Ticket] = {}
+        self.budget: int | None = None
+
+    @initialize(
+        policies=st.lists(st.sampled_from(sorted(policy_names())), min_size=3, max_size=3),
+        borrow=st.lists(st.booleans(), min_size=3, max_size=3),
+        requeue=st.booleans(),
+        global_slots=st.booleans(),
+        budget=st.sampled_from([None, 2_000]),
+        adaptive=st.booleans(),
+    )
+    def setup(
+        self,
+        policies: list[str],
+        borrow: list[bool],
+        requeue: bool,
+        global_slots: bool,
+        budget: int | None,
+        adaptive: bool,
+    ) -> None:
+        self.budget = budget
+        model = ModelSpec(
+            name=MODEL,
+            backends=(BackendSpec(name="b0", max_concurrency=3), BackendSpec(name="b1")),
+            lanes=_lanes(policies, borrow, requeue),
+            max_concurrency=4,
+            max_inflight_tokens=budget,
+            adaptive=AdaptiveSpec(mode="kv_cache", floor=1) if adaptive else None,
+            circuit_failures=2,
+            circuit_cooldown_s=1.0,
+        )
+        tenants = (
+            TenantSpec(name="alice", weight=2.0),
+            TenantSpec(name="bob", requests_per_s=2.0, tokens_per_min=30_000.0),
+            TenantSpec(name="carol"),
+        )
+        self.s = Scheduler(
+            SchedulerSpec(models=(model,), tenants=tenants, global_slots=global_slots)
+        )
+
+    # ------------------------------------------------------------------ driver
+
+    def _end(self, tid: str) -> None:
+        self.ended[tid] += 1
+        assert self.ended[tid] == 1, f"ticket {tid} ended twice"
+        self.queued.discard(tid)
+        self.running.pop(tid, None)
+        self.reserving.pop(tid, None)
+        self.preempting.discard(tid)
+
+    def _apply(self, decisions: list[Decision]) -> None:
+        for d in decisions:
+            tid = d.ticket.id
+            event(type(d).__name__)
+            if isinstance(d, Admit):
+                assert tid in self.queued or tid in self.reserving, f"{tid} admitted from nowhere"
+                self.queued.discard(tid)
+                self.reserving.pop(tid, None)
+                self.running[tid] = d.backend
+            elif isinstance(d, Reserve):
+                assert tid in self.queued
+                self.queued.discard(tid)
+                self.reserving[tid] = d.backend
+            elif isinstance(d, Queued):
+                self.queued.add(tid)
+            elif isinstance(d, Reject):
+                assert d.retry_after_s >= 1.0
+                assert d.status in (429, 503)
+                self._end(tid)
+            elif isinstance(d, Expire):
+                assert tid in self.queued
+                assert d.retry_after_s >= 1.0
+                self._end(tid)
+            elif isinstance(d, Preempt):
+                assert tid in self.running, f"preempted {tid} is not running"
+                assert d.ticket.priority >= 2 or d.ticket.lane != "interactive"
+                if d.action is PreemptAction.REQUEUE:
+                    assert not d.ticket.streaming
+                self.preempting.add(tid)
+
+    def _complete(self, tid: str, usage: Usage) -> None:
+        """Complete a running ticket; a preempted one with action requeue waits again."""
+        was_preempting = tid in self.preempting
+        decisions = self.s.complete(TicketId(tid), usage, self.now)
+        if was_preempting and self.s.state_of(TicketId(tid)) is not None:
+            self.running.pop(tid)
+            self.preempting.discard(tid)
+            self.queued.add(tid)
+        else:
+            assert self.s.state_of(TicketId(tid)) is None
+            self._end(tid)
+        self._apply(decisions)
+
+    def _advance(self, dt: float) -> None:
+        self.now += dt
+
+    # ------------------------------------------------------------------ rules
+
+    @rule(
+        lane=st.sampled_from(["interactive", "batch", "best_effort"]),
+        tenant=st.sampled_from(TENANTS),
+        priority=st.integers(0, 5),
+        prompt=st.integers(0, 1_500),
+        max_tokens=st.integers(1, 800),
+        streaming=st.booleans(),
+        dt=st.floats(0.0, 2.0),
+    )
+    def submit(
+        self,
+        lane: str,
+        tenant: str,
+        priority: int,
+        prompt: int,
+        max_tokens: int,
+        streaming: bool,
+        dt: float,
+    ) -> None:
+        self._advance(dt)
+        self.n += 1
+        tid = TicketId(f"t{self.n}")
+        ticket = Ticket(
+            id=tid,
+            model=MODEL,
+            tenant=tenant,
+            lane=lane,
+            priority=priority,
+            prompt_tokens=prompt,
+            max_tokens=max_tokens,
+            arrival=self.now,
+            streaming=streaming,
+            true_output_tokens=max_tokens // 2 + 1,
+        )
+        self.tickets[tid] = ticket
+        self.submitted.add(tid)
+        self.queued.add(tid)  # until a decision says otherwise
+        decisions = self.s.submit(ticket, self.now)
+        own = [d for d in decisions if d.ticket.id == tid]
+        assert len(own) == 1, f"submit must decide once about the new ticket: {own}"
+        self._apply(decisions)
+
+    @precondition(lambda self: bool(self.running))
+    @rule(data=st.data(), ok=st.booleans(), dt=st.floats(0.0, 3.0))
+    def complete(self, data: st.DataObject, ok: bool, dt: float) -> None:
+        self._advance(dt)
+        tid = data.draw(st.sampled_from(sorted(self.running)))
+        ticket = self.tickets[tid]
+        tokens = data.draw(st.integers(0, ticket.max_tokens))
+        self._complete(tid, Usage(ticket.prompt_tokens, tokens, ttft_s=0.05, ok=ok))
+
+    @precondition(lambda self: bool(self.running))
+    @rule(data=st.data())
+    def report_progress(self, data: st.DataObject) -> None:
+        tid = data.draw(st.sampled_from(sorted(self.running)))
+        self.s.progress(TicketId(tid), data.draw(st.integers(0, self.tickets[tid].max_tokens)))
+
+    @precondition(lambda self: bool(self.queued or self.running or self.reserving))
+    @rule(data=st.data(), dt=st.floats(0.0, 1.0))
+    def cancel(self, data: st.DataObject, dt: float) -> None:
+        self._advance(dt)
+        live = sorted(self.queued | set(self.running) | set(self.reserving))
+        tid = data.draw(st.sampled_from(live))
+        decisions = self.s.cancel(TicketId(tid), self.now)
+        self._end(tid)
+        self._apply(decisions)
+
+    @rule(dt=st.floats(0.0, 10.0))
+    def tick(self, dt: float) -> None:
+        self._advance(dt)
+        self._apply(self.s.tick(self.now))
+
+    @rule()
+    def tick_at_wakeup(self) -> None:
+        wakeup = self.s.next_wakeup()
+        if wakeup is not None and wakeup > self.now:
+            self.now = wakeup
+        self._apply(self.s.tick(self.now))
+
+    @precondition(lambda self: bool(self.reserving))
+    @rule(data=st.data(), granted=st.booleans(), retry=st.floats(0.0, 2.0))
+    def answer_reserve(self, data: st.DataObject, granted: bool, retry: float) -> None:
+        tid = data.draw(st.sampled_from(sorted(self.reserving)))
+        if granted:
+            self._apply(self.s.grant(TicketId(tid), self.now))
+        else:
+            self.reserving.pop(tid)
+            self.queued.add(tid)
+            self._apply(self.s.deny(TicketId(tid), retry, self.now))
+
+    @rule(
+        backend=st.sampled_from(["b0", "b1"]),
+        healthy=st.none() | st.booleans(),
+        kv=st.none() | st.floats(0.0, 1.0),
+        dt=st.floats(0.0, 2.0),
+    )
+    def observe(self, backend: str, healthy: bool | None, kv: float | None, dt: float) -> None:
+        self._advance(dt)
+        stats = BackendStats(MODEL, backend, healthy=healthy, kv_cache_usage=kv)
+        self._apply(self.s.observe_backend(stats, self.now))
+
+    # ------------------------------------------------------------------ invariants
+
+    @invariant()
+    def caps_hold(self) -> None:
+        view = self.s.view(MODEL)
+        for lane in view.lanes:
+            assert lane.own <= lane.cap, f"{lane.name} own {lane.own} > cap {lane.cap}"
+            assert lane.queued <= lane.max_queue or lane.queued == 0
+        spec = self.s.spec.models[0]
+        for lane_spec, lane in zip(spec.lanes, view.lanes, strict=True):
+            if not lane_spec.borrow:
+                assert lane.borrowed == 0, f"{lane.name} borrowed without permission"
+        assert view.running <= view.configured_cap
+        assert view.running == len(self.running) + len(self.reserving)
+        if self.budget is not None and view.inflight_tokens > self.budget:
+            assert view.running == 1, "only a lone oversized request may exceed the budget"
+        for backend in view.backends:
+            assert backend.inflight >= 0
+        assert view.backends[0].inflight <= 3
+
+    @invariant()
+    def ledger_agrees(self) -> None:
+        live = self.queued | set(self.running) | set(self.reserving)
+        assert self.s.live_tickets() == len(live)
+        assert self.s.view(MODEL).queued == len(self.queued)
+        assert not (set(self.ended) & live)
+
+    def teardown(self) -> None:
+        if not hasattr(self, "s"):
+            return
+        for _ in range(10_000):
+            if self.reserving:
+                for tid in sorted(self.reserving):
+                    self._apply(self.s.grant(TicketId(tid), self.now))
+            if self.running:
+                self.now += 1.0
+                self._complete(sorted(self.running)[0], Usage(1, 1))
+            elif self.queued:
+                self.now += 100.0
+                for backend in ("b0", "b1"):
+                    stats = BackendStats(MODEL, backend, healthy=True, kv_cache_usage=0.0)
+                    self._apply(self.s.observe_backend(stats, self.now))
+                self._apply(self.s.tick(self.now))
+            else:
+                break
+        view = self.s.view(MODEL)
+        assert self.s.live_tickets() == 0
+        assert view.running == 0
+        assert view.queued == 0
+        assert view.inflight_tokens == 0
+        assert all(b.inflight == 0 for b in view.backends)
+        assert all(lane.own == 0 and lane.borrowed == 0 for lane in view.lanes)
+        assert set(self.ended) == self.submitted
+        assert all(count == 1 for count in self.ended.values())
+
+
+SchedulerMachine.TestCase.settings = settings(
+    max_examples=300,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestSchedulerInvariants = SchedulerMachine.TestCase
