@@ -95,6 +95,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.preempting: set[str] = set()
         self.tickets: dict[str, Ticket] = {}
         self.budget: int | None = None
+        self.reentered: set[str] = set()  # queued again after a deny or a requeue
 
     @initialize(
         policies=st.lists(st.sampled_from(sorted(policy_names())), min_size=3, max_size=3),
@@ -139,6 +140,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.ended[tid] += 1
         assert self.ended[tid] == 1, f"ticket {tid} ended twice"
         self.queued.discard(tid)
+        self.reentered.discard(tid)
         self.running.pop(tid, None)
         self.reserving.pop(tid, None)
         self.preempting.discard(tid)
@@ -150,11 +152,13 @@ class SchedulerMachine(RuleBasedStateMachine):
             if isinstance(d, Admit):
                 assert tid in self.queued or tid in self.reserving, f"{tid} admitted from nowhere"
                 self.queued.discard(tid)
+                self.reentered.discard(tid)
                 self.reserving.pop(tid, None)
                 self.running[tid] = d.backend
             elif isinstance(d, Reserve):
                 assert tid in self.queued
                 self.queued.discard(tid)
+                self.reentered.discard(tid)
                 self.reserving[tid] = d.backend
             elif isinstance(d, Queued):
                 self.queued.add(tid)
@@ -181,6 +185,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.running.pop(tid)
             self.preempting.discard(tid)
             self.queued.add(tid)
+            self.reentered.add(tid)
         else:
             assert self.s.state_of(TicketId(tid)) is None
             self._end(tid)
@@ -279,6 +284,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         else:
             self.reserving.pop(tid)
             self.queued.add(tid)
+            self.reentered.add(tid)
             self._apply(self.s.deny(TicketId(tid), retry, self.now))
 
     @rule(
@@ -299,7 +305,10 @@ class SchedulerMachine(RuleBasedStateMachine):
         view = self.s.view(MODEL)
         for lane in view.lanes:
             assert lane.own <= lane.cap, f"{lane.name} own {lane.own} > cap {lane.cap}"
-            assert lane.queued <= lane.max_queue or lane.queued == 0
+            # max_queue bounds new arrivals; an accepted ticket denied a global slot or
+            # preempted with requeue may come back on top of it.
+            back = sum(1 for tid in self.reentered if self.tickets[tid].lane == lane.name)
+            assert lane.queued <= max(lane.max_queue, 1) + back
         spec = self.s.spec.models[0]
         for lane_spec, lane in zip(spec.lanes, view.lanes, strict=True):
             if not lane_spec.borrow:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sluicegate.core.circuit import CircuitBreaker
+from sluicegate.core.circuit import CircuitBreaker, CircuitState
 from sluicegate.core.spec import BackendSpec
 
 
@@ -57,4 +57,8 @@ class BackendState:
 
     def available(self, now: float) -> bool:
         """Healthy and under its cap: a router may choose it."""
-        return self.has_room() and self.healthy(now)
+        cap = self.spec.max_concurrency
+        if (cap is not None and self.inflight >= cap) or not self.probe_healthy:
+            return False
+        circuit = self.circuit
+        return circuit.state is CircuitState.CLOSED or circuit.allows(now)

@@ -64,3 +64,7 @@ class Entry:
     preempted_for: str | None = None
     expire_at: float = 0.0
     charged_tokens: int = 0
+
+    def __lt__(self, other: Entry) -> bool:
+        """Submission order, so an entry may close a heap item (seq is unique: never reached)."""
+        return self.seq < other.seq

@@ -20,6 +20,7 @@ from sluicegate.core.spec import ModelSpec
 _ALPHA = 0.05  # ~ the last 20–40 completions dominate
 _MIN_SAMPLES = 5
 _FORGET = 0.99  # least-squares forgetting: ~100 samples of memory
+_WARMUP = round(1 / _ALPHA)  # plain average until the EWMA has enough samples
 
 
 class _Mean:
@@ -30,8 +31,8 @@ class _Mean:
         self.mean = 0.0
 
     def add(self, value: float) -> None:
-        self.count += 1
-        alpha = max(_ALPHA, 1.0 / self.count)
+        count = self.count = self.count + 1
+        alpha = 1.0 / count if count < _WARMUP else _ALPHA
         self.mean += alpha * (value - self.mean)
 
 
@@ -66,6 +67,7 @@ class Predictor:
     __slots__ = (
         "_buckets",
         "_decode",
+        "_fit_dirty",
         "_global",
         "_lanes",
         "_prefill",
@@ -86,6 +88,7 @@ class Predictor:
         self._decode = _Mean()
         self._prefill_fit = _LineFit()
         self._prefill: tuple[float, float] = (0.0, self._prior_prefill_per_token)
+        self._fit_dirty = False
         self._service: dict[str, _Mean] = {}
 
     def predict_output(self, lane: str, max_tokens: int) -> int:
@@ -100,6 +103,11 @@ class Predictor:
 
     def prefill_s(self, prompt_tokens: int) -> float:
         """Predicted time from admission to first token."""
+        if self._fit_dirty:
+            self._fit_dirty = False
+            fit = self._prefill_fit.solve()
+            if fit is not None:
+                self._prefill = fit
         base, per_token = self._prefill
         return base + prompt_tokens * per_token
 
@@ -126,18 +134,22 @@ class Predictor:
     ) -> None:
         """Learn from one finished request."""
         key = (lane, max_tokens.bit_length())
-        for stats in (
-            self._buckets.get(key) or self._buckets.setdefault(key, _Mean()),
-            self._lanes.get(lane) or self._lanes.setdefault(lane, _Mean()),
-            self._global,
-        ):
-            stats.add(completion_tokens)
-        (self._service.get(lane) or self._service.setdefault(lane, _Mean())).add(duration_s)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = _Mean()
+        bucket.add(completion_tokens)
+        by_lane = self._lanes.get(lane)
+        if by_lane is None:
+            by_lane = self._lanes[lane] = _Mean()
+        by_lane.add(completion_tokens)
+        self._global.add(completion_tokens)
+        service = self._service.get(lane)
+        if service is None:
+            service = self._service[lane] = _Mean()
+        service.add(duration_s)
         if ttft_s is None or ttft_s < 0:
             return
         self._prefill_fit.add(prompt_tokens, ttft_s)
-        fit = self._prefill_fit.solve()
-        if fit is not None:
-            self._prefill = fit
+        self._fit_dirty = True
         if completion_tokens > 1 and duration_s > ttft_s:
             self._decode.add((duration_s - ttft_s) / (completion_tokens - 1))

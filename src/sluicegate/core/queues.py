@@ -58,6 +58,14 @@ class LaneQueue(Protocol):
     def __iter__(self) -> Iterator[Entry]: ...
 
 
+_Item = tuple[float | int | Entry, ...]
+
+
+def _live_item(item: _Item) -> bool:
+    entry = item[-1]
+    return isinstance(entry, Entry) and item[-2] == entry.queue_gen
+
+
 class HeapQueue:
     """One flow ordered by ``key(entry)``, then submission order."""
 
@@ -65,29 +73,41 @@ class HeapQueue:
 
     def __init__(self, key: KeyFn) -> None:
         self._key = key
-        self._heap: list[tuple[tuple[float, ...], int, int, Entry]] = []
+        # Items are ``key + (seq, gen, entry)``, flat: one tuple comparison per heap step.
+        self._heap: list[_Item] = []
         self._live = 0
 
     def push(self, entry: Entry) -> None:
         """Add ``entry``; its ``queue_gen`` marks this push so stale items are skipped."""
         entry.queue_gen += 1
-        heapq.heappush(self._heap, (self._key(entry), entry.seq, entry.queue_gen, entry))
+        item: _Item = (*self._key(entry), entry.seq, entry.queue_gen, entry)
+        heapq.heappush(self._heap, item)
         self._live += 1
 
     def _prune(self) -> None:
         heap = self._heap
-        while heap and heap[0][2] != heap[0][3].queue_gen:
+        while heap:
+            item = heap[0]
+            entry = item[-1]
+            assert isinstance(entry, Entry)
+            if item[-2] == entry.queue_gen:
+                return
             heapq.heappop(heap)
 
     def peek(self) -> Entry | None:
         """The entry with the smallest key."""
         self._prune()
-        return self._heap[0][3] if self._heap else None
+        if not self._heap:
+            return None
+        entry = self._heap[0][-1]
+        assert isinstance(entry, Entry)
+        return entry
 
     def pop(self) -> Entry:
         """Remove and return the entry with the smallest key."""
         self._prune()
-        entry = heapq.heappop(self._heap)[3]
+        entry = heapq.heappop(self._heap)[-1]
+        assert isinstance(entry, Entry)
         entry.queue_gen += 1
         self._live -= 1
         return entry
@@ -97,7 +117,7 @@ class HeapQueue:
         entry.queue_gen += 1
         self._live -= 1
         if len(self._heap) > 2 * self._live + 64:
-            self._heap = [item for item in self._heap if item[2] == item[3].queue_gen]
+            self._heap = [item for item in self._heap if _live_item(item)]
             heapq.heapify(self._heap)
 
     def on_admit(self, entry: Entry) -> None:
@@ -110,7 +130,10 @@ class HeapQueue:
         return self._live
 
     def __iter__(self) -> Iterator[Entry]:
-        return (item[3] for item in self._heap if item[2] == item[3].queue_gen)
+        for item in self._heap:
+            entry = item[-1]
+            if isinstance(entry, Entry) and item[-2] == entry.queue_gen:
+                yield entry
 
 
 class FairQueue:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sluicegate.core.backend import BackendState
-from sluicegate.core.circuit import CircuitBreaker
+from sluicegate.core.circuit import CircuitBreaker, CircuitState
 from sluicegate.core.entry import Entry
 from sluicegate.core.limits import Limit, make_limit
 from sluicegate.core.policies import make_queue
@@ -46,6 +46,7 @@ class ModelRuntime:
     """One model's lanes, backends, budgets, router, adaptive limit and predictor."""
 
     __slots__ = (
+        "backend_by_name",
         "backends",
         "borrowed_running",
         "inflight_tokens",
@@ -72,6 +73,7 @@ class ModelRuntime:
             )
             for backend in spec.backends
         ]
+        self.backend_by_name = {backend.spec.name: backend for backend in self.backends}
         self.router: Router = make_router(spec.router, self.backends)
         self.limit: Limit | None = (
             make_limit(spec.adaptive, spec.max_concurrency) if spec.adaptive is not None else None
@@ -96,8 +98,11 @@ class ModelRuntime:
 
     def lendable(self) -> int:
         """Idle own-quota of lending lanes not already lent out."""
-        idle = sum(max(0, lane.cap - lane.own) for lane in self.lane_order if lane.spec.lend)
-        return idle - self.borrowed_running
+        idle = -self.borrowed_running
+        for lane in self.lane_order:
+            if lane.spec.lend and lane.own < lane.cap:
+                idle += lane.cap - lane.own
+        return idle
 
     def tokens_fit(self, entry: Entry) -> bool:
         """Whether ``entry`` fits the in-flight token budget (always, when nothing runs)."""
@@ -110,11 +115,13 @@ class ModelRuntime:
 
     def any_healthy(self, now: float) -> bool:
         """Whether at least one backend may take traffic."""
-        return any(backend.healthy(now) for backend in self.backends)
+        for backend in self.backends:
+            if backend.probe_healthy and (
+                backend.circuit.state is CircuitState.CLOSED or backend.circuit.allows(now)
+            ):
+                return True
+        return False
 
     def backend(self, name: str) -> BackendState:
-        """The backend called ``name``."""
-        for backend in self.backends:
-            if backend.spec.name == name:
-                return backend
-        raise KeyError(name)
+        """The backend called ``name``; ``KeyError`` if there is none."""
+        return self.backend_by_name[name]

@@ -21,6 +21,7 @@ import heapq
 import math
 from collections.abc import Iterable
 
+from sluicegate.core.backend import BackendState
 from sluicegate.core.decisions import (
     Admit,
     Decision,
@@ -96,11 +97,16 @@ class Scheduler:
             wait = self._drain_estimate_s(model, lane)
             return [self._reject(ticket, 503, ErrorCode.OVERLOADED, wait, "deadline cannot be met")]
         self._entries[ticket.id] = entry
+        head_before = queue.peek()
         self._enqueue(lane, entry, now)
+        if head_before is not None and model.running >= model.cap() and queue.peek() is head_before:
+            # Nothing can be admitted and the lane's head is unchanged, so neither
+            # admission nor preemption has anything new to decide.
+            return [Queued(ticket)]
         out: list[Decision] = []
         self._dispatch(model, now, out)
         if entry.state is State.QUEUED:
-            out.insert(0, Queued(ticket))
+            return [Queued(ticket), *out]
         return out
 
     def complete(self, ticket_id: TicketId, usage: Usage, now: float) -> list[Decision]:
@@ -408,34 +414,37 @@ class Scheduler:
 
     def _dispatch(self, model: ModelRuntime, now: float, out: list[Decision]) -> None:
         """Grant free capacity to waiting tickets, then preempt for urgent ones."""
+        if model.running < model.cap():
+            self._admit_all(model, now, out)
+        self._preempt_for_blocked(model, now, out)
+
+    def _admit_all(self, model: ModelRuntime, now: float, out: list[Decision]) -> None:
+        """Own quotas first, in lane order (lanes owed a preempted slot first), then borrowing."""
         lanes = model.lane_order
         if any(lane.pending_preempts for lane in lanes):
             lanes = sorted(lanes, key=lambda lane: lane.pending_preempts == 0)
-        no_backend = False
+        cap = model.cap()
         for borrowing in (False, True):
             for lane in lanes:
-                if not self._admit_lane(model, lane, borrowing, now, out):
-                    no_backend = True
-                    break
-            if no_backend:
-                break
-        self._preempt_for_blocked(model, now, out)
+                if model.running >= cap:
+                    return
+                if not self._admit_lane(model, lane, borrowing, cap, now, out):
+                    return
 
     def _admit_lane(
         self,
         model: ModelRuntime,
         lane: LaneRuntime,
         borrowing: bool,
+        cap: int,
         now: float,
         out: list[Decision],
     ) -> bool:
         """Admit from ``lane`` while it has room; ``False`` if no backend could take one."""
         queue = lane.queue
-        if lane.blocked_until > now:
+        if lane.blocked_until > now or (borrowing and not lane.spec.borrow):
             return True
-        if borrowing and not lane.spec.borrow:
-            return True
-        while len(queue) and model.running < model.cap():
+        while len(queue) and model.running < cap:
             if borrowing:
                 if model.lendable() <= 0:
                     return True
@@ -448,28 +457,43 @@ class Scheduler:
             if backend is None:
                 return False
             queue.pop()
-            queue.on_admit(head)
-            head.state = State.RESERVING if self._global_slots else State.RUNNING
-            head.admitted_at = now
-            head.backend = backend.spec.name
-            head.borrowed = borrowing
-            if borrowing:
-                lane.borrowed += 1
-                model.borrowed_running += 1
-            else:
-                lane.own += 1
-            model.running += 1
-            model.inflight_tokens += head.cost_tokens
-            model.running_entries[head.ticket.id] = head
-            model.running_by_priority[head.ticket.priority] += 1
-            backend.inflight += 1
-            backend.predicted_work_s += head.service_s
-            backend.circuit.on_dispatch()
-            if self._global_slots:
-                out.append(Reserve(head.ticket, backend.spec.name))
-            else:
-                out.append(Admit(head.ticket, backend.spec.name, now - head.ticket.arrival))
+            self._start(model, lane, head, backend, borrowing, now, out)
         return True
+
+    def _start(
+        self,
+        model: ModelRuntime,
+        lane: LaneRuntime,
+        entry: Entry,
+        backend: BackendState,
+        borrowing: bool,
+        now: float,
+        out: list[Decision],
+    ) -> None:
+        """Give ``entry`` a slot on ``backend`` and tell the driver."""
+        lane.queue.on_admit(entry)
+        entry.admitted_at = now
+        entry.backend = backend.spec.name
+        entry.borrowed = borrowing
+        if borrowing:
+            lane.borrowed += 1
+            model.borrowed_running += 1
+        else:
+            lane.own += 1
+        ticket = entry.ticket
+        model.running += 1
+        model.inflight_tokens += entry.cost_tokens
+        model.running_entries[ticket.id] = entry
+        model.running_by_priority[ticket.priority] += 1
+        backend.inflight += 1
+        backend.predicted_work_s += entry.service_s
+        backend.circuit.on_dispatch()
+        if self._global_slots:
+            entry.state = State.RESERVING
+            out.append(Reserve(ticket, backend.spec.name))
+        else:
+            entry.state = State.RUNNING
+            out.append(Admit(ticket, backend.spec.name, now - ticket.arrival))
 
     def _preempt_for_blocked(self, model: ModelRuntime, now: float, out: list[Decision]) -> None:
         """Preempt a running ticket for each lane whose waiting head is urgent or reclaiming.
@@ -479,14 +503,20 @@ class Scheduler:
         open circuit lets a probe through.
         """
         wakeups: list[float] = []
+        waiting = False
         for lane in model.lane_order:
             head = lane.queue.peek()
             if head is None:
                 continue
+            waiting = True
             if lane.blocked_until > now:
                 wakeups.append(lane.blocked_until)
                 continue
             if lane.pending_preempts or not model.running_entries:
+                continue
+            if model.borrowed_running == 0 and not model.runs_less_important_than(
+                head.ticket.priority
+            ):
                 continue
             lane_full = lane.own >= lane.cap and not (lane.spec.borrow and model.lendable() > 0)
             reclaim = not lane_full and model.borrowed_running > 0
@@ -514,7 +544,7 @@ class Scheduler:
                 wakeups.extend(self._eligible_at(model, candidates, now))
                 continue
             self._preempt(model, lane, victim, out)
-        if not model.any_healthy(now) and any(len(lane.queue) for lane in model.lane_order):
+        if waiting and not model.any_healthy(now):
             wakeups.extend(t for b in model.backends if (t := b.circuit.reopen_at()) is not None)
         model.wakeup = min(wakeups) if wakeups else None
 

@@ -59,7 +59,15 @@ class LeastInflightRouter:
         self, ticket: Ticket, service_s: float, backends: Sequence[BackendState], now: float
     ) -> BackendState | None:
         """The available backend with the least in-flight work per weight, or ``None``."""
-        available = [b for b in backends if b.available(now)]
-        chosen = pick_min(available, inflight_per_weight, self._cursor)
-        self._cursor += 1
-        return chosen
+        n = len(backends)
+        start = self._cursor
+        self._cursor = start + 1
+        best: BackendState | None = None
+        best_score = 0.0
+        # Hand-inlined scan: this runs on every admission (see benchmarks/bench_core.py).
+        for offset in range(n):
+            backend = backends[(start + offset) % n]
+            score = backend.inflight / backend.spec.weight
+            if (best is None or score < best_score) and backend.available(now):
+                best, best_score = backend, score
+        return best

@@ -1,0 +1,516 @@
+"""The simulator: a virtual-clock driver of the real ``core.Scheduler`` and N engine replicas.
+
+Events live on one heap keyed ``(time, kind, sequence)`` (SimPy style), so
+ties are broken deterministically: at one instant, engine step completions
+come first (freeing slots), then arrivals, then scheduler ticks, then metric
+scrapes. Arrivals are read from the sorted workload rather than pushed on the
+heap. The driver executes every decision the scheduler returns:
+
+* ``Admit`` → ``Engine.add_request`` on the chosen replica (which steps at once if idle);
+* ``Preempt`` → ``Engine.abort``, then ``Scheduler.complete`` with the tokens produced;
+  an abort drops any tokens still pending in the replica's in-flight step;
+* ``Reject`` / ``Expire`` → the request's outcome; ``Queued`` → nothing;
+* ``Reserve`` (distributed mode) → granted at once, as by an in-memory store.
+
+Engine semantics (``engine/model.py``): ``step(now)`` changes the engine's
+state at once and returns what the step emits, which the driver applies at
+``now + duration_s``. A continuous-batching replica has one step in flight and
+takes new requests at the next step boundary, as vLLM does. A
+``batch_independent`` replica is c independent servers whose token events
+fall at exact times, so the driver steps it after every change and lets
+several steps be in flight: each reports its event exactly on time, which is
+what makes the Erlang C checks exact.
+
+A request whose ``prompt + max_tokens`` the engine could never hold is never
+submitted (a gateway answers it 400 at once); its outcome is ``too_large``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from sluicegate.core.decisions import (
+    Admit,
+    Decision,
+    Expire,
+    Preempt,
+    PreemptAction,
+    Queued,
+    Reject,
+    Reserve,
+)
+from sluicegate.core.scheduler import Scheduler
+from sluicegate.core.spec import BackendSpec, SchedulerSpec
+from sluicegate.core.ticket import BackendStats, Outcome, Ticket, TicketId, Usage
+from sluicegate.engine.config import EngineConfig
+from sluicegate.engine.model import Engine, StepResult
+from sluicegate.sim.metrics import TOO_LARGE, RequestRecord, SampleLog, SimRequest, SimResult
+from sluicegate.sim.request import WorkloadRequest
+
+__all__ = ["SimResult", "simulate", "with_replicas"]
+
+_STEP, _ARRIVAL, _TICK, _SCRAPE = 0, 1, 2, 3
+PROGRESS_EVERY_STEPS = 16
+"""A replica reports its requests' progress to the scheduler every this many steps."""
+
+_COMPLETED = Outcome.COMPLETED.value
+_PREEMPTED = Outcome.PREEMPTED.value
+_EXPIRED = Outcome.EXPIRED.value
+_TICK_GUARD_S = 1e-6
+
+HeapItem = tuple[float, int, int, int]
+
+
+def with_replicas(spec: SchedulerSpec, model: str, replicas: int) -> SchedulerSpec:
+    """A copy of ``spec`` whose ``model`` has backends ``r0 … r{replicas−1}``.
+
+    Each replica inherits ``max_concurrency`` and ``weight`` from the model's
+    first configured backend, if it has one; otherwise the scheduler's model
+    and lane caps alone bound what runs.
+
+    Raises:
+        KeyError: ``model`` is not configured.
+        ValueError: ``replicas`` < 1.
+    """
+    if replicas < 1:
+        raise ValueError(f"replicas must be >= 1, got {replicas}")
+    names = [m.name for m in spec.models]
+    if model not in names:
+        raise KeyError(f"unknown model {model!r}; configured: {names}")
+    models = []
+    for m in spec.models:
+        if m.name == model:
+            template = m.backends[0] if m.backends else BackendSpec(name="r0")
+            backends = tuple(
+                template.model_copy(update={"name": f"r{i}", "url": None}) for i in range(replicas)
+            )
+            m = m.model_copy(update={"backends": backends})
+        models.append(m)
+    return spec.model_copy(update={"models": tuple(models)})
+
+
+class Replica:
+    """One engine replica and the driver's bookkeeping around it.
+
+    Attributes:
+        inflight: steps started and not yet applied, by heap sequence number.
+        running: requests on the engine (waiting or running), by engine id.
+        busy_s: time with a step in flight (the union, when steps overlap).
+        slot_s: ∫ running-batch size dt over the same time.
+    """
+
+    __slots__ = ("busy_s", "busy_until", "engine", "independent", "index", "inflight", "name",
+                 "running", "slot_s", "steps", "touched")  # fmt: skip
+
+    def __init__(self, index: int, name: str, config: EngineConfig, seed: int) -> None:
+        self.index = index
+        self.name = name
+        self.engine = Engine(config, seed=seed)
+        self.independent = config.batch_independent
+        self.inflight: dict[int, StepResult] = {}
+        self.running: dict[str, SimRequest] = {}
+        self.busy_s = self.slot_s = 0.0
+        self.busy_until = float("-inf")
+        self.steps = 0
+        self.touched = False
+
+    def start_step(self, now: float) -> StepResult | None:
+        """Run ``engine.step(now)`` and account its busy time; ``None`` when idle."""
+        engine = self.engine
+        result = engine.step(now)
+        if result is None:
+            return None
+        end = now + result.duration_s
+        if end > self.busy_until:
+            gained = end - max(now, self.busy_until)
+            self.busy_s += gained
+            # Sequences in the step: those still running plus those it finished.
+            self.slot_s += gained * (engine.num_requests_running + len(result.finished))
+            self.busy_until = end
+        return result
+
+    def add(self, req: SimRequest, now: float) -> None:
+        """Hand an admitted request to the engine."""
+        req.runs += 1
+        eid = req.ticket_id if req.runs == 1 else f"{req.ticket_id}~{req.runs}"
+        req.eid = eid
+        req.backend = self.name
+        if req.admit_s is None:
+            req.admit_s = now
+        req.admitted_s = now
+        req.first_token_s = None
+        wl = req.workload
+        self.engine.add_request(
+            eid, wl.prompt_tokens, wl.max_tokens, now, output_tokens=wl.output_tokens
+        )
+        self.running[eid] = req
+
+    def abort(self, req: SimRequest, now: float) -> int:
+        """Abort ``req`` on the engine; returns the tokens it had produced by ``now``.
+
+        Tokens of a step still in flight have not reached the client, so they
+        are not counted (and the step's report of them will be dropped).
+        """
+        eid = req.eid
+        pending = 0
+        for result in self.inflight.values():
+            pending += result.tokens.get(eid, 0)
+        try:
+            produced = self.engine.generated(eid)
+        except KeyError:  # it finished inside the in-flight step
+            produced = req.target
+        self.engine.abort(eid, now=now)
+        del self.running[eid]
+        return produced - pending
+
+
+def simulate(
+    spec: SchedulerSpec,
+    model: str,
+    workload: list[WorkloadRequest],
+    engine: EngineConfig,
+    replicas: int,
+    *,
+    seed: int = 0,
+    scrape_interval_s: float = 1.0,
+    progress: Callable[[float], None] | None = None,
+) -> SimResult:
+    """Replay ``workload`` through a ``Scheduler`` on ``spec`` and ``replicas`` engines.
+
+    Deterministic: the same arguments give identical records and samples.
+
+    Args:
+        spec: scheduler configuration; ``model``'s backends are replaced by the replicas.
+        model: the model every request asks for.
+        workload: requests, in any order (replayed by arrival, then position).
+        engine: configuration of every replica; replica i is seeded ``seed + i``.
+        replicas: number of engine replicas.
+        seed: engine seed base.
+        scrape_interval_s: period of the metric scrapes fed to ``observe_backend``.
+        progress: called with the virtual time at every scrape and at the end.
+
+    Raises:
+        KeyError: ``model`` is not configured.
+        ValueError: a request names a lane the model lacks, or bad arguments.
+    """
+    if scrape_interval_s <= 0:
+        raise ValueError(f"scrape_interval_s must be > 0, got {scrape_interval_s}")
+    sim = _Simulation(with_replicas(spec, model, replicas), model, workload, engine, seed)
+    return sim.run(scrape_interval_s, progress)
+
+
+class _Simulation:
+    """One run's state; ``run`` is the event loop."""
+
+    def __init__(
+        self,
+        spec: SchedulerSpec,
+        model: str,
+        workload: list[WorkloadRequest],
+        engine: EngineConfig,
+        seed: int,
+    ) -> None:
+        model_spec = next(m for m in spec.models if m.name == model)
+        self.lanes = {lane.name: lane for lane in model_spec.lanes}
+        unknown = sorted({w.lane for w in workload} - set(self.lanes))
+        if unknown:
+            raise ValueError(
+                f"workload uses lanes {unknown} that model {model!r} lacks; "
+                f"configured: {sorted(self.lanes)}"
+            )
+        self.spec = spec
+        self.model = model
+        self.engine_config = engine
+        self.scheduler = Scheduler(spec)
+        self.replicas = [
+            Replica(i, b.name, engine, seed + i) for i, b in enumerate(model_spec.backends)
+        ]
+        self.by_backend = {rep.name: rep for rep in self.replicas}
+        order = sorted(range(len(workload)), key=lambda i: (workload[i].arrival_s, i))
+        self.requests = [SimRequest(i, workload[i]) for i in range(len(workload))]
+        self.arrivals = [self.requests[i] for i in order]
+        self.live: dict[TicketId, SimRequest] = {}
+        self.heap: list[HeapItem] = []
+        self.seq = 0
+        self.touched: list[Replica] = []
+        self.tick_seq = -1
+        self.tick_at: float | None = None
+        self.last_tick = float("-inf")
+        self.samples = SampleLog(list(self.lanes))
+        self.end_s = 0.0
+
+    # ------------------------------------------------------------------ loop
+
+    def run(self, interval: float, progress: Callable[[float], None] | None) -> SimResult:
+        """Process events until no arrival, request or engine step is left.
+
+        The branch for a step that emitted neither a first nor a last token is
+        inlined: it is most of the events (one per decode iteration).
+        """
+        heap = self.heap
+        arrivals = self.arrivals
+        replicas = self.replicas
+        times = [req.workload.arrival_s for req in arrivals]
+        count = len(times)
+        start = times[0] if count else 0.0
+        if count:
+            self._push(start, _SCRAPE, 0)
+        scrape_k = 0
+        pop = heapq.heappop
+        push = heapq.heappush
+        i = 0
+        next_at = times[0] if count else math.inf
+        now = start
+        while True:
+            if heap and (heap[0][0] < next_at or (heap[0][0] == next_at and heap[0][1] < _ARRIVAL)):
+                now, kind, seq, index = pop(heap)
+                if kind != _STEP:
+                    if kind == _TICK:
+                        if seq == self.tick_seq:
+                            self._on_tick(now)
+                        continue
+                    self._on_scrape(now)
+                    if progress is not None:
+                        progress(now)
+                    arrival = times[i] if i < count else None
+                    scrape_k = self._next_scrape(start, interval, scrape_k, arrival)
+                    continue
+                rep = replicas[index]
+                inflight = rep.inflight
+                result = inflight.pop(seq)
+                if (
+                    rep.independent
+                    or result.first_token
+                    or result.finished
+                    or rep.steps % PROGRESS_EVERY_STEPS == PROGRESS_EVERY_STEPS - 1
+                ):
+                    self._on_step(rep, result, now)
+                    continue
+                rep.steps += 1
+                engine = rep.engine
+                step = engine.step(now)
+                if step is not None:
+                    duration = step.duration_s
+                    rep.busy_s += duration
+                    rep.slot_s += duration * (engine.num_requests_running + len(step.finished))
+                    rep.busy_until = now + duration
+                    self.seq = seq = self.seq + 1
+                    push(heap, (now + duration, _STEP, seq, index))
+                    inflight[seq] = step
+            elif i < count:
+                now = next_at
+                self._on_arrival(arrivals[i], now)
+                i += 1
+                next_at = times[i] if i < count else math.inf
+            else:
+                break
+        self.end_s = max(now, start)
+        if progress is not None:
+            progress(self.end_s)
+        return self._result(start)
+
+    def _push(self, at: float, kind: int, index: int) -> int:
+        self.seq += 1
+        heapq.heappush(self.heap, (at, kind, self.seq, index))
+        return self.seq
+
+    def _after(self, now: float) -> None:
+        """Start steps on replicas that got work, and re-arm the scheduler tick."""
+        for rep in self.touched:
+            rep.touched = False
+            if rep.independent or not rep.inflight:
+                self._step(rep, now)
+        self.touched.clear()
+        wakeup = self.scheduler.next_wakeup()
+        if wakeup is None:
+            self.tick_at = None
+            self.tick_seq = -1
+            return
+        wakeup = max(wakeup, now, self.last_tick + _TICK_GUARD_S)
+        if wakeup != self.tick_at:
+            self.tick_at = wakeup
+            self.tick_seq = self._push(wakeup, _TICK, 0)
+
+    def _step(self, rep: Replica, now: float) -> None:
+        result = rep.start_step(now)
+        if result is not None:
+            seq = self._push(now + result.duration_s, _STEP, rep.index)
+            rep.inflight[seq] = result
+
+    # ------------------------------------------------------------------ events
+
+    def _on_arrival(self, req: SimRequest, now: float) -> None:
+        wl = req.workload
+        try:
+            self.engine_config.check_request(wl.prompt_tokens, wl.max_tokens)
+        except ValueError:
+            req.end(TOO_LARGE, now)
+            return
+        deadline = None if wl.deadline_ms is None else now + wl.deadline_ms / 1000.0
+        ticket = Ticket(
+            id=req.ticket_id,
+            model=self.model,
+            tenant=wl.tenant,
+            lane=wl.lane,
+            priority=wl.priority,
+            prompt_tokens=wl.prompt_tokens,
+            max_tokens=wl.max_tokens,
+            arrival=now,
+            deadline=deadline,
+            true_output_tokens=wl.output_tokens,
+        )
+        self.live[req.ticket_id] = req
+        self._execute(self.scheduler.submit(ticket, now), now)
+        self._after(now)
+
+    def _on_step(self, rep: Replica, result: StepResult, now: float) -> None:
+        running = rep.running
+        touched_scheduler = False
+        for eid in result.first_token:
+            req = running.get(eid)
+            if req is not None:
+                req.first_token_s = now
+                self.scheduler.progress(req.ticket_id, 1)
+        if result.finished:
+            decisions: list[Decision] = []
+            for eid in result.finished:
+                req = running.pop(eid, None)
+                if req is None:
+                    continue  # aborted while the step was in flight
+                req.generated = req.target
+                req.end(_COMPLETED, now)
+                del self.live[req.ticket_id]
+                ttft = None if req.first_token_s is None else req.first_token_s - req.admitted_s
+                usage = Usage(req.workload.prompt_tokens, req.target, ttft_s=ttft)
+                decisions.extend(self.scheduler.complete(req.ticket_id, usage, now))
+                touched_scheduler = True
+            self._execute(decisions, now)
+        rep.steps += 1
+        if rep.steps % PROGRESS_EVERY_STEPS == 0:
+            self._report_progress(rep)
+        if rep.independent or not rep.inflight:
+            self._step(rep, now)
+        if touched_scheduler or self.touched:
+            self._after(now)
+
+    def _on_tick(self, now: float) -> None:
+        self.tick_at = None
+        self.tick_seq = -1
+        self.last_tick = now
+        self._execute(self.scheduler.tick(now), now)
+        self._after(now)
+
+    def _on_scrape(self, now: float) -> None:
+        for rep in self.replicas:
+            engine = rep.engine
+            stats = BackendStats(
+                model=self.model,
+                backend=rep.name,
+                kv_cache_usage=engine.kv_cache_usage,
+                num_requests_running=engine.num_requests_running,
+                num_requests_waiting=engine.num_requests_waiting,
+            )
+            self._execute(self.scheduler.observe_backend(stats, now), now)
+        view = self.scheduler.view(self.model)
+        self.samples.add(
+            now,
+            {lane.name: lane.queued for lane in view.lanes},
+            [rep.engine.num_requests_running for rep in self.replicas],
+            [rep.engine.num_requests_waiting for rep in self.replicas],
+            [rep.engine.kv_cache_usage for rep in self.replicas],
+        )
+        self._after(now)
+
+    def _next_scrape(
+        self, start: float, interval: float, k: int, next_arrival: float | None
+    ) -> int:
+        """Schedule the next scrape while work remains; skip idle gaps to the next arrival."""
+        if self.scheduler.live_tickets() or any(rep.inflight for rep in self.replicas):
+            k += 1
+        elif next_arrival is not None:
+            k = max(k + 1, int((next_arrival - start) // interval))
+        else:
+            return k
+        self._push(start + k * interval, _SCRAPE, 0)
+        return k
+
+    def _report_progress(self, rep: Replica) -> None:
+        engine = rep.engine
+        for eid, req in rep.running.items():
+            try:
+                generated = engine.generated(eid)
+            except KeyError:  # finished inside a step still in flight
+                continue
+            self.scheduler.progress(req.ticket_id, generated)
+
+    # ------------------------------------------------------------------ decisions
+
+    def _execute(self, decisions: Iterable[Decision], now: float) -> None:
+        queue = deque(decisions)
+        while queue:
+            decision = queue.popleft()
+            if isinstance(decision, Admit):
+                self._admit(decision, now)
+            elif isinstance(decision, Queued):
+                continue
+            elif isinstance(decision, Reject):
+                self.live.pop(decision.ticket.id).end(decision.outcome.value, now)
+            elif isinstance(decision, Expire):
+                self.live.pop(decision.ticket.id).end(_EXPIRED, now)
+            elif isinstance(decision, Preempt):
+                queue.extend(self._preempt(decision, now))
+            elif isinstance(decision, Reserve):
+                queue.extend(self.scheduler.grant(decision.ticket.id, now))
+
+    def _admit(self, decision: Admit, now: float) -> None:
+        req = self.live[decision.ticket.id]
+        rep = self.by_backend[decision.backend]
+        rep.add(req, now)
+        if not rep.touched:
+            rep.touched = True
+            self.touched.append(rep)
+
+    def _preempt(self, decision: Preempt, now: float) -> list[Decision]:
+        req = self.live[decision.ticket.id]
+        rep = self.by_backend[decision.backend]
+        generated = rep.abort(req, now)
+        if not rep.touched:
+            rep.touched = True
+            self.touched.append(rep)
+        if decision.action is PreemptAction.REQUEUE:
+            req.requeues += 1
+            req.first_token_s = None
+        else:
+            req.generated = generated
+            req.end(_PREEMPTED, now)
+            del self.live[req.ticket_id]
+        usage = Usage(req.workload.prompt_tokens, generated)
+        return self.scheduler.complete(req.ticket_id, usage, now)
+
+    # ------------------------------------------------------------------ result
+
+    def _result(self, start: float) -> SimResult:
+        model_spec = next(m for m in self.spec.models if m.name == self.model)
+        records: list[RequestRecord] = []
+        for req in self.requests:
+            lane = self.lanes[req.workload.lane]
+            records.append(req.record(lane.slo_ms / 1000.0))
+        return SimResult(
+            model=self.model,
+            policies={lane.name: lane.policy for lane in model_spec.lanes},
+            slo_s={lane.name: lane.slo_ms / 1000.0 for lane in model_spec.lanes},
+            tenant_weights={t.name: t.weight for t in self.spec.tenants},
+            replicas=len(self.replicas),
+            max_num_seqs=self.engine_config.max_num_seqs,
+            records=tuple(records),
+            samples=self.samples.freeze(),
+            start_s=start,
+            end_s=self.end_s,
+            busy_s=tuple(rep.busy_s for rep in self.replicas),
+            slot_s=tuple(rep.slot_s for rep in self.replicas),
+            engine_steps=sum(rep.steps for rep in self.replicas),
+            engine_preemptions=sum(rep.engine.num_preemptions_total for rep in self.replicas),
+        )

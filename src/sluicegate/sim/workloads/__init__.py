@@ -1,0 +1,68 @@
+"""Workloads for the simulator: trace loaders, synthetic generators, mixes and transforms.
+
+Everything produces a ``list[WorkloadRequest]`` sorted by ``arrival_s``; functions
+are pure, and random ones are deterministic for a seed.
+
+* :mod:`~sluicegate.sim.workloads.traces`: Azure / BurstGPT CSV and JSONL files.
+* :mod:`~sluicegate.sim.workloads.synthetic`: Poisson, gamma bursts, on/off tenants.
+* :mod:`~sluicegate.sim.workloads.mix`: assign tenant/lane/priority by share.
+* :mod:`~sluicegate.sim.workloads.transform`: rate scaling, windows, max_tokens caps.
+"""
+
+from __future__ import annotations
+
+from sluicegate.sim.workloads.mix import SHARE_TOLERANCE, MixEntry, MixError, apply_mix, parse_mix
+from sluicegate.sim.workloads.synthetic import (
+    DEFAULT_OUTPUT,
+    DEFAULT_PROMPT,
+    LengthDist,
+    gamma_bursts,
+    merge,
+    on_off,
+    poisson,
+)
+from sluicegate.sim.workloads.traces import (
+    WorkloadError,
+    load_azure_csv,
+    load_burstgpt_csv,
+    load_jsonl,
+    load_workload,
+    write_jsonl,
+)
+from sluicegate.sim.workloads.transform import (
+    MaxTokensPolicy,
+    check_max_tokens_policy,
+    head,
+    resolve_max_tokens,
+    scale_rate,
+    shift,
+    window,
+)
+
+__all__ = [
+    "DEFAULT_OUTPUT",
+    "DEFAULT_PROMPT",
+    "SHARE_TOLERANCE",
+    "LengthDist",
+    "MaxTokensPolicy",
+    "MixEntry",
+    "MixError",
+    "WorkloadError",
+    "apply_mix",
+    "check_max_tokens_policy",
+    "gamma_bursts",
+    "head",
+    "load_azure_csv",
+    "load_burstgpt_csv",
+    "load_jsonl",
+    "load_workload",
+    "merge",
+    "on_off",
+    "parse_mix",
+    "poisson",
+    "resolve_max_tokens",
+    "scale_rate",
+    "shift",
+    "window",
+    "write_jsonl",
+]
