@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lint typecheck test test-fast demo bench clean
+.PHONY: install lint typecheck test test-compiled test-fast demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,15 @@ typecheck: $(STAMP)
 
 test: lint typecheck
 	$(BIN)/pytest
+	$(MAKE) test-compiled
+
+# The mypyc build of the core (setup.py) must pass the same core suite.
+test-compiled: $(STAMP)
+	rm -rf build/mypyc && mkdir -p build/mypyc
+	cp -r src setup.py pyproject.toml build/mypyc/
+	cd build/mypyc && SLUICEGATE_COMPILE=1 ../../$(BIN)/python setup.py -q build_ext --inplace >/dev/null
+	PYTHONPATH=build/mypyc/src $(BIN)/python -c "import sluicegate.core.scheduler as s; assert s.__file__.endswith('.so'), s.__file__"
+	PYTHONPATH=build/mypyc/src $(BIN)/pytest -q -p no:cacheprovider tests/core
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -x -q

@@ -17,7 +17,8 @@ from sluicegate.core.decisions import (
     Reserve,
 )
 from sluicegate.core.entry import State
-from sluicegate.core.scheduler import Scheduler, UnknownModelError
+from sluicegate.core.errors import UnknownModelError
+from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.spec import (
     AdaptiveSpec,
     AfterFraction,

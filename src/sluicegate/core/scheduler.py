@@ -34,6 +34,7 @@ from sluicegate.core.decisions import (
     Reserve,
 )
 from sluicegate.core.entry import Entry, State
+from sluicegate.core.errors import UnknownModelError
 from sluicegate.core.preemption import choose_victim, is_preemptible, required_fraction
 from sluicegate.core.ratelimit import TenantRateLimiter
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
@@ -42,10 +43,6 @@ from sluicegate.core.ticket import BackendStats, Ticket, TicketId, Usage
 from sluicegate.core.views import LaneView, ModelView, view_model
 
 MIN_RETRY_AFTER_S = 1.0
-
-
-class UnknownModelError(KeyError):
-    """The ticket names a model or lane that is not configured (a driver bug: check first)."""
 
 
 class Scheduler:

@@ -80,6 +80,20 @@ PRESETS: dict[str, EngineConfig] = {
         per_decode_seq_s=5.0e-5,
         per_kv_token_s=1.0e-8,
     ),
+    # The demo's engine, not calibrated: a small, slow replica (16 sequences,
+    # ~20 ms decode steps at full batch, ~50 tokens/s per stream) so that a
+    # laptop-scale load of tens of requests per second saturates two of them
+    # and the queueing in front of them is what the demo shows.
+    "demo": EngineConfig(
+        max_num_seqs=16,
+        max_num_batched_tokens=2048,
+        kv_capacity_tokens=4096 * 16,
+        block_size=16,
+        base_s=0.012,
+        per_prefill_token_s=2.0e-5,
+        per_decode_seq_s=5.0e-4,
+        per_kv_token_s=1.0e-7,
+    ),
     # Eight independent servers for queueing-theory checks (Erlang C, Allen–Cunneen):
     # a request's service time is exactly 0.01 s per output token + 1e-5 s per
     # prompt token (EngineConfig.solo_service_s), whatever else is running.

@@ -2,11 +2,12 @@
 
 Events live on one heap keyed ``(time, kind, sequence)`` (SimPy style), so
 ties are broken deterministically: at one instant, engine step completions
-come first (freeing slots), then arrivals, then scheduler ticks, then metric
-scrapes. Arrivals are read from the sorted workload rather than pushed on the
-heap. The driver executes every decision the scheduler returns:
+come first (freeing slots), then arrivals, scheduler ticks, metric scrapes,
+and last the first step of replicas that were idle, so requests arriving
+together share it. Arrivals are read from the sorted workload rather than
+pushed on the heap. The driver executes every decision the scheduler returns:
 
-* ``Admit`` → ``Engine.add_request`` on the chosen replica (which steps at once if idle);
+* ``Admit`` → ``Engine.add_request`` on the chosen replica;
 * ``Preempt`` → ``Engine.abort``, then ``Scheduler.complete`` with the tokens produced;
   an abort drops any tokens still pending in the replica's in-flight step;
 * ``Reject`` / ``Expire`` → the request's outcome; ``Queued`` → nothing;
@@ -47,17 +48,22 @@ from sluicegate.core.spec import BackendSpec, SchedulerSpec
 from sluicegate.core.ticket import BackendStats, Outcome, Ticket, TicketId, Usage
 from sluicegate.engine.config import EngineConfig
 from sluicegate.engine.model import Engine, StepResult
-from sluicegate.sim.metrics import TOO_LARGE, RequestRecord, SampleLog, SimRequest, SimResult
+from sluicegate.sim.metrics import (
+    COMPLETED,
+    PREEMPTED,
+    TOO_LARGE,
+    SampleLog,
+    SimRequest,
+    SimResult,
+)
 from sluicegate.sim.request import WorkloadRequest
 
-__all__ = ["SimResult", "simulate", "with_replicas"]
+__all__ = ["Replica", "SimResult", "simulate", "with_replicas"]
 
-_STEP, _ARRIVAL, _TICK, _SCRAPE = 0, 1, 2, 3
+_STEP, _ARRIVAL, _TICK, _SCRAPE, _WAKE = 0, 1, 2, 3, 4
 PROGRESS_EVERY_STEPS = 16
 """A replica reports its requests' progress to the scheduler every this many steps."""
 
-_COMPLETED = Outcome.COMPLETED.value
-_PREEMPTED = Outcome.PREEMPTED.value
 _EXPIRED = Outcome.EXPIRED.value
 _TICK_GUARD_S = 1e-6
 
@@ -103,7 +109,7 @@ class Replica:
     """
 
     __slots__ = ("busy_s", "busy_until", "engine", "independent", "index", "inflight", "name",
-                 "running", "slot_s", "steps", "touched")  # fmt: skip
+                 "running", "slot_s", "steps", "touched", "waking")  # fmt: skip
 
     def __init__(self, index: int, name: str, config: EngineConfig, seed: int) -> None:
         self.index = index
@@ -116,6 +122,7 @@ class Replica:
         self.busy_until = float("-inf")
         self.steps = 0
         self.touched = False
+        self.waking = False
 
     def start_step(self, now: float) -> StepResult | None:
         """Run ``engine.step(now)`` and account its busy time; ``None`` when idle."""
@@ -240,43 +247,45 @@ class _Simulation:
         self.tick_at: float | None = None
         self.last_tick = float("-inf")
         self.samples = SampleLog(list(self.lanes))
-        self.end_s = 0.0
+        self.start = 0.0
+        self.interval = 1.0
+        self.scrape_k = 0
+        self.progress: Callable[[float], None] | None = None
 
     # ------------------------------------------------------------------ loop
 
     def run(self, interval: float, progress: Callable[[float], None] | None) -> SimResult:
         """Process events until no arrival, request or engine step is left.
 
-        The branch for a step that emitted neither a first nor a last token is
-        inlined: it is most of the events (one per decode iteration).
+        A step that emitted neither a first nor a last token (most events: one
+        per decode iteration) is handled inline, without a method call.
         """
         heap = self.heap
         arrivals = self.arrivals
         replicas = self.replicas
         times = [req.workload.arrival_s for req in arrivals]
         count = len(times)
-        start = times[0] if count else 0.0
+        self.start = times[0] if count else 0.0
+        self.interval = interval
+        self.progress = progress
         if count:
-            self._push(start, _SCRAPE, 0)
-        scrape_k = 0
+            self._push(self.start, _SCRAPE, 0)
         pop = heapq.heappop
         push = heapq.heappush
         i = 0
         next_at = times[0] if count else math.inf
-        now = start
         while True:
             if heap and (heap[0][0] < next_at or (heap[0][0] == next_at and heap[0][1] < _ARRIVAL)):
                 now, kind, seq, index = pop(heap)
-                if kind != _STEP:
-                    if kind == _TICK:
-                        if seq == self.tick_seq:
-                            self._on_tick(now)
-                        continue
-                    self._on_scrape(now)
-                    if progress is not None:
-                        progress(now)
-                    arrival = times[i] if i < count else None
-                    scrape_k = self._next_scrape(start, interval, scrape_k, arrival)
+                if kind == _TICK:
+                    if seq == self.tick_seq:
+                        self._on_tick(now)
+                    continue
+                if kind == _SCRAPE:
+                    self._on_scrape(now, next_at)
+                    continue
+                if kind == _WAKE:
+                    self._on_wake(replicas[index], now)
                     continue
                 rep = replicas[index]
                 inflight = rep.inflight
@@ -301,16 +310,11 @@ class _Simulation:
                     push(heap, (now + duration, _STEP, seq, index))
                     inflight[seq] = step
             elif i < count:
-                now = next_at
-                self._on_arrival(arrivals[i], now)
+                self._on_arrival(arrivals[i], next_at)
                 i += 1
                 next_at = times[i] if i < count else math.inf
             else:
-                break
-        self.end_s = max(now, start)
-        if progress is not None:
-            progress(self.end_s)
-        return self._result(start)
+                return self._result()
 
     def _push(self, at: float, kind: int, index: int) -> int:
         self.seq += 1
@@ -321,8 +325,11 @@ class _Simulation:
         """Start steps on replicas that got work, and re-arm the scheduler tick."""
         for rep in self.touched:
             rep.touched = False
-            if rep.independent or not rep.inflight:
+            if rep.independent:
                 self._step(rep, now)
+            elif not rep.inflight and not rep.waking:
+                rep.waking = True
+                self._push(now, _WAKE, rep.index)
         self.touched.clear()
         wakeup = self.scheduler.next_wakeup()
         if wakeup is None:
@@ -381,7 +388,7 @@ class _Simulation:
                 if req is None:
                     continue  # aborted while the step was in flight
                 req.generated = req.target
-                req.end(_COMPLETED, now)
+                req.end(COMPLETED, now)
                 del self.live[req.ticket_id]
                 ttft = None if req.first_token_s is None else req.first_token_s - req.admitted_s
                 usage = Usage(req.workload.prompt_tokens, req.target, ttft_s=ttft)
@@ -396,6 +403,12 @@ class _Simulation:
         if touched_scheduler or self.touched:
             self._after(now)
 
+    def _on_wake(self, rep: Replica, now: float) -> None:
+        """An idle replica got work earlier at this instant: start its first step now."""
+        rep.waking = False
+        if not rep.inflight:
+            self._step(rep, now)
+
     def _on_tick(self, now: float) -> None:
         self.tick_at = None
         self.tick_seq = -1
@@ -403,7 +416,8 @@ class _Simulation:
         self._execute(self.scheduler.tick(now), now)
         self._after(now)
 
-    def _on_scrape(self, now: float) -> None:
+    def _on_scrape(self, now: float, next_arrival: float) -> None:
+        """Feed every replica's metrics to the scheduler, sample, and plan the next scrape."""
         for rep in self.replicas:
             engine = rep.engine
             stats = BackendStats(
@@ -423,19 +437,17 @@ class _Simulation:
             [rep.engine.kv_cache_usage for rep in self.replicas],
         )
         self._after(now)
-
-    def _next_scrape(
-        self, start: float, interval: float, k: int, next_arrival: float | None
-    ) -> int:
-        """Schedule the next scrape while work remains; skip idle gaps to the next arrival."""
+        if self.progress is not None:
+            self.progress(now)
+        # While work remains scrape every interval; across idle gaps skip to the next arrival.
         if self.scheduler.live_tickets() or any(rep.inflight for rep in self.replicas):
-            k += 1
-        elif next_arrival is not None:
-            k = max(k + 1, int((next_arrival - start) // interval))
+            self.scrape_k += 1
+        elif next_arrival < math.inf:
+            k = int((next_arrival - self.start) // self.interval)
+            self.scrape_k = max(self.scrape_k + 1, k)
         else:
-            return k
-        self._push(start + k * interval, _SCRAPE, 0)
-        return k
+            return
+        self._push(self.start + self.scrape_k * self.interval, _SCRAPE, 0)
 
     def _report_progress(self, rep: Replica) -> None:
         engine = rep.engine
@@ -485,19 +497,23 @@ class _Simulation:
             req.first_token_s = None
         else:
             req.generated = generated
-            req.end(_PREEMPTED, now)
+            req.end(PREEMPTED, now)
             del self.live[req.ticket_id]
         usage = Usage(req.workload.prompt_tokens, generated)
         return self.scheduler.complete(req.ticket_id, usage, now)
 
     # ------------------------------------------------------------------ result
 
-    def _result(self, start: float) -> SimResult:
+    def _result(self) -> SimResult:
+        start = self.start
+        ends = [req.finish_s for req in self.requests if req.finish_s is not None]
+        arrivals = [req.workload.arrival_s for req in self.arrivals[-1:]]
+        end = max([start, *arrivals, *ends])
+        if self.progress is not None:
+            self.progress(max(end, start + self.scrape_k * self.interval))
         model_spec = next(m for m in self.spec.models if m.name == self.model)
-        records: list[RequestRecord] = []
-        for req in self.requests:
-            lane = self.lanes[req.workload.lane]
-            records.append(req.record(lane.slo_ms / 1000.0))
+        slo_s = {name: lane.slo_ms / 1000.0 for name, lane in self.lanes.items()}
+        records = [req.record(slo_s[req.workload.lane]) for req in self.requests]
         return SimResult(
             model=self.model,
             policies={lane.name: lane.policy for lane in model_spec.lanes},
@@ -508,7 +524,7 @@ class _Simulation:
             records=tuple(records),
             samples=self.samples.freeze(),
             start_s=start,
-            end_s=self.end_s,
+            end_s=end,
             busy_s=tuple(rep.busy_s for rep in self.replicas),
             slot_s=tuple(rep.slot_s for rep in self.replicas),
             engine_steps=sum(rep.steps for rep in self.replicas),

@@ -14,7 +14,7 @@ Definitions (every figure in the report follows them):
   arrival + its lane's ``slo_ms``.
 * **Goodput** = completed-within-deadline requests (and their output tokens)
   per second of simulated span; **throughput** counts every output token
-  served. The span runs from the first arrival to the last event of the run.
+  served. The span runs from the first arrival until the last request ended.
 * **Jain's fairness index** over the tenants of a group, of
   ``x_t = served_t / weight_t`` where ``served_t`` is the tenant's VTC-weighted
   service (prompt tokens × 1 + generated tokens × 2, as the ``fair`` policy
@@ -42,7 +42,8 @@ from sluicegate.sim.request import WorkloadRequest
 COMPLETED = Outcome.COMPLETED.value
 PREEMPTED = Outcome.PREEMPTED.value
 TOO_LARGE = "too_large"
-"""Outcome of a request the engine could never run (prompt + max_tokens beyond its KV)."""
+"""Outcome of a request the engine could never run: ``EngineConfig.check_request`` refuses it
+(prompt + max_tokens beyond the KV capacity, or an empty prompt)."""
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 
@@ -219,7 +220,7 @@ class SimResult:
         records: one per workload request, in workload order.
         samples: the scrape-time series.
         start_s: first arrival.
-        end_s: the last event of the run.
+        end_s: when the last request ended (or arrived, if later).
         busy_s: per replica, time with a step in flight.
         slot_s: per replica, ∫ running-batch size dt.
         engine_steps: engine steps taken over all replicas.
@@ -243,7 +244,7 @@ class SimResult:
 
     @property
     def span_s(self) -> float:
-        """Simulated time from the first arrival to the last event (at least 1 ns)."""
+        """Simulated time from the first arrival until the last request ended (at least 1 ns)."""
         return max(self.end_s - self.start_s, 1e-9)
 
 

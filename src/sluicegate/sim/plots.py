@@ -109,6 +109,7 @@ def plot_p99_vs_load(sweep: Mapping[str, Sequence[Summary]], path: Path) -> Path
     figure = Figure(figsize=(5 * max(1, len(lanes)), 4))
     axes = figure.subplots(1, max(1, len(lanes)), squeeze=False)[0]
     for ax, lane in zip(axes, lanes, strict=False):
+        values: list[float] = []
         for label, runs in sweep.items():
             points = sorted(
                 (s.offered_rps, p99)
@@ -118,10 +119,14 @@ def plot_p99_vs_load(sweep: Mapping[str, Sequence[Summary]], path: Path) -> Path
             if points:
                 xs, ys = zip(*points, strict=True)
                 ax.plot(xs, ys, marker="o", label=label)
-                ax.set_yscale("log")
+                values.extend(ys)
+        # Past the cliff p99 grows by orders of magnitude; only then is a log axis clearer.
+        log = bool(values) and max(values) > 10 * min(values)
+        if log:
+            ax.set_yscale("log")
         ax.set_title(f"p99 end-to-end — lane {lane}")
         ax.set_xlabel("offered load (requests/s)")
-        ax.set_ylabel("seconds (log scale)")
+        ax.set_ylabel("seconds (log scale)" if log else "seconds")
         ax.grid(alpha=0.3, which="both")
         _legend(ax, "upper left")
     figure.tight_layout()

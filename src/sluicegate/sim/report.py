@@ -171,10 +171,11 @@ def _outcome_cell(outcome: str) -> Callable[[GroupStats], str]:
     return cell
 
 
+_STATS = (("mean", "mean"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p99.9", "p999"))
 _LATENCY_ROWS: tuple[GroupRow, ...] = tuple(
-    (f"{title} {name}", _latency_cell(attr, name))
+    (f"{title} {label}", _latency_cell(attr, name))
     for title, attr in (("queue wait", "queue_wait"), ("TTFT", "ttft"), ("e2e", "e2e"))
-    for name in ("mean", "p50", "p90", "p99", "p999")
+    for label, name in _STATS
 )
 _ROWS: tuple[GroupRow, ...] = (
     ("requests", lambda g: str(g.requests)),

@@ -9,10 +9,15 @@ through ``simulate``, prints tables side by side, and writes ``results.json``,
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
+from multiprocessing.queues import Queue
 from pathlib import Path
+from queue import Empty
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
@@ -20,6 +25,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from sluicegate.config import Config
 from sluicegate.core.policies import policy_names
 from sluicegate.core.spec import SchedulerSpec
+from sluicegate.engine.config import EngineConfig
 from sluicegate.engine.presets import preset as engine_preset
 from sluicegate.sim.driver import simulate
 from sluicegate.sim.metrics import SimResult, Summary, summarize
@@ -123,13 +129,14 @@ def run_comparison(
     workload: list[WorkloadRequest],
     policies: list[str],
     *,
-    model: str | None,
-    preset: str | None,
-    replicas: int | None,
     out_dir: Path,
-    seed: int,
-    sweep: list[float] | None,
-    console: Console | None,
+    model: str | None = None,
+    preset: str | None = None,
+    replicas: int | None = None,
+    seed: int = 0,
+    sweep: list[float] | None = None,
+    console: Console | None = None,
+    workers: int | None = None,
 ) -> ComparisonResult:
     """Simulate ``workload`` under each policy, print the comparison and write the files.
 
@@ -137,55 +144,78 @@ def run_comparison(
         config: the gateway configuration (models, lanes, tenants, ``simulation``).
         workload: the requests to replay.
         policies: policy names; each run sets every lane of the model to one of them.
-        model: the model to simulate; default the first configured.
-        preset: engine preset; default ``config.simulation.preset``.
-        replicas: engine replicas; default ``config.simulation.replicas``.
         out_dir: created if missing; receives ``results.json``,
             ``requests-<policy>.csv``, ``latency-cdf-<lane>.png``,
             ``queue-depth.png`` and, with a sweep, ``p99-vs-load.png``.
+        model: the model to simulate; default the first configured.
+        preset: engine preset; default ``config.simulation.preset``.
+        replicas: engine replicas; default ``config.simulation.replicas``.
         seed: engine seed.
         sweep: rate multipliers k: each policy also runs with arrival times / k.
         console: where tables and progress go; ``None`` prints nothing.
+        workers: processes to run simulations in parallel; default one per CPU
+            (at most one per run). Results do not depend on it.
 
     Raises:
         ValueError: unknown model or policy, no policies, or a bad multiplier.
         KeyError: unknown engine preset.
     """
     _check_policies(policies)
-    plan = _Plan(
-        config=config,
-        model=_choose_model(config, model),
-        preset=preset or config.simulation.preset,
-        replicas=replicas if replicas is not None else config.simulation.replicas,
-        seed=seed,
-    )
-    multipliers = list(sweep or [])
-    scaled = {k: scale_arrivals(workload, k) for k in multipliers}
-    results: dict[str, SimResult] = {}
-    swept: list[Summary] = []
+    name = _choose_model(config, model)
+    preset_name = preset or config.simulation.preset
+    engine = engine_preset(preset_name)
+    count = replicas if replicas is not None else config.simulation.replicas
+    multipliers = list(dict.fromkeys(sweep or []))
+    scaled = {1.0: workload}
+    scaled.update((k, scale_arrivals(workload, k)) for k in multipliers if k != 1.0)
+    base = config.scheduler_spec()
+    jobs = [
+        SimJob(
+            policy, k, with_policy(base, name, policy), name, scaled[k], engine, count, seed,
+            config.simulation.scrape_interval_s,
+        )
+        for policy in policies
+        for k in scaled
+    ]  # fmt: skip
     with _progress_bar(console) as bar:
-        for policy in policies:
-            results[policy] = plan.simulate(policy, 1.0, workload, bar)
-            for k in multipliers:
-                run = results[policy] if k == 1.0 else plan.simulate(policy, k, scaled[k], bar)
-                swept.append(summarize(run, label=f"{policy} ×{k:g}", rate_multiplier=k))
+        runs = dict(zip(((j.policy, j.k) for j in jobs), run_jobs(jobs, workers, bar), strict=True))
+    results = {p: runs[p, 1.0] for p in policies}
     summaries = tuple(summarize(results[p], label=p) for p in policies)
+    swept = tuple(
+        summarize(runs[p, k], label=f"{p} ×{k:g}", rate_multiplier=k)
+        for p in policies
+        for k in multipliers
+    )
+    meta = _meta(name, preset_name, engine, count, seed, len(workload), multipliers)
+    return _write(out_dir, results, summaries, swept, meta, console)
+
+
+def _write(
+    out_dir: Path,
+    results: Mapping[str, SimResult],
+    summaries: tuple[Summary, ...],
+    swept: tuple[Summary, ...],
+    meta: dict[str, JsonValue],
+    console: Console | None,
+) -> ComparisonResult:
+    """Write the JSON, CSVs and plots, print the tables, and bundle everything up."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    meta = plan.meta(len(workload), multipliers)
     json_path = write_json(out_dir / "results.json", summaries, sweep=swept, meta=meta)
-    csv_paths = {p: write_csv(out_dir / f"requests-{p}.csv", results[p]) for p in policies}
+    csv_paths = {p: write_csv(out_dir / f"requests-{p}.csv", r) for p, r in results.items()}
     plots = plot_latency_cdfs(results, out_dir)
     plots.append(plot_queue_depth(results, out_dir / "queue-depth.png"))
-    if multipliers:
-        series = {p: [s, *(x for x in swept if x.label.startswith(f"{p} ×"))] for p, s in
-                  zip(policies, summaries, strict=True)}  # fmt: skip
+    if swept:
+        series = {
+            s.label: [s, *(x for x in swept if x.label.startswith(f"{s.label} ×"))]
+            for s in summaries
+        }
         plots.append(plot_p99_vs_load(series, out_dir / "p99-vs-load.png"))
     if console is not None:
         print_report(summaries, console)
         if swept:
             console.print(sweep_table(swept))
         console.print(f"wrote {json_path}, {len(csv_paths)} CSV files and {len(plots)} plots")
-    return ComparisonResult(summaries, tuple(swept), results, json_path, csv_paths, tuple(plots))
+    return ComparisonResult(summaries, swept, results, json_path, csv_paths, tuple(plots))
 
 
 def _check_policies(policies: Sequence[str]) -> None:
@@ -197,36 +227,109 @@ def _check_policies(policies: Sequence[str]) -> None:
         raise ValueError(f"unknown policies {unknown}; choose from {sorted(known)}")
 
 
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """The fixed part of every run of one comparison."""
+def _meta(
+    model: str,
+    preset_name: str,
+    engine: EngineConfig,
+    replicas: int,
+    seed: int,
+    requests: int,
+    multipliers: Sequence[float],
+) -> dict[str, JsonValue]:
+    """What the JSON records about the setup."""
+    engine_fields: dict[str, JsonValue] = dict(dataclasses.asdict(engine))
+    return {
+        "model": model,
+        "preset": preset_name,
+        "engine": engine_fields,
+        "replicas": replicas,
+        "seed": seed,
+        "requests": requests,
+        "sweep": list(multipliers),
+    }
 
-    config: Config
+
+# ---------------------------------------------------------------- running simulations
+
+
+@dataclass(frozen=True, slots=True)
+class SimJob:
+    """One simulation of a comparison: ``policy`` at rate multiplier ``k``."""
+
+    policy: str
+    k: float
+    spec: SchedulerSpec
     model: str
-    preset: str
+    workload: list[WorkloadRequest]
+    engine: EngineConfig
     replicas: int
     seed: int
+    scrape_interval_s: float
 
-    def simulate(
-        self, policy: str, k: float, workload: list[WorkloadRequest], bar: Progress | None
-    ) -> SimResult:
-        """One run of ``workload`` with every lane set to ``policy``."""
-        spec = with_policy(self.config.scheduler_spec(), self.model, policy)
+    @property
+    def label(self) -> str:
+        """How the run is named in progress bars and tables."""
+        return f"{self.policy} ×{self.k:g}"
+
+    def run(self, progress: ProgressFn | None = None) -> SimResult:
+        """Simulate."""
         return simulate(
-            spec, self.model, workload, engine_preset(self.preset), self.replicas,
-            seed=self.seed, scrape_interval_s=self.config.simulation.scrape_interval_s,
-            progress=_tracker(bar, f"{policy} ×{k:g}", workload),
+            self.spec, self.model, self.workload, self.engine, self.replicas,
+            seed=self.seed, scrape_interval_s=self.scrape_interval_s, progress=progress,
         )  # fmt: skip
 
-    def meta(self, requests: int, multipliers: Sequence[float]) -> dict[str, JsonValue]:
-        """What the JSON records about the setup."""
-        engine: dict[str, JsonValue] = dict(dataclasses.asdict(engine_preset(self.preset)))
-        return {
-            "model": self.model,
-            "preset": self.preset,
-            "engine": engine,
-            "replicas": self.replicas,
-            "seed": self.seed,
-            "requests": requests,
-            "sweep": list(multipliers),
-        }
+
+def run_jobs(jobs: Sequence[SimJob], workers: int | None, bar: Progress | None) -> list[SimResult]:
+    """Run ``jobs``, in parallel processes when ``workers`` (default: CPUs) allows.
+
+    Every run is deterministic and independent of the others, so results are
+    the same however many processes run them. Worker processes are spawned
+    (not forked) and report progress through a queue.
+    """
+    count = min(len(jobs), workers if workers is not None else (os.cpu_count() or 1))
+    trackers = [_tracker(bar, job.label, job.workload) for job in jobs]
+    if count <= 1:
+        return [job.run(tracker) for job, tracker in zip(jobs, trackers, strict=True)]
+    context = multiprocessing.get_context("spawn")
+    queue: Queue[tuple[int, float]] = context.Queue()
+    with ProcessPoolExecutor(count, context, _init_worker, (queue,)) as pool:
+        futures = [pool.submit(_run_in_worker, i, job) for i, job in enumerate(jobs)]
+        pending = set(futures)
+        while pending:
+            _, pending = wait(pending, timeout=0.1)
+            _drain(queue, trackers)
+        results = [future.result() for future in futures]
+    _drain(queue, trackers)
+    queue.close()
+    queue.join_thread()
+    return results
+
+
+_worker_queue: Queue[tuple[int, float]] | None = None
+
+
+def _init_worker(queue: Queue[tuple[int, float]]) -> None:
+    global _worker_queue
+    _worker_queue = queue
+
+
+def _run_in_worker(index: int, job: SimJob) -> SimResult:
+    queue = _worker_queue
+    if queue is None:
+        return job.run()
+
+    def report(now: float) -> None:
+        queue.put((index, now))
+
+    return job.run(report)
+
+
+def _drain(queue: Queue[tuple[int, float]], trackers: Sequence[ProgressFn | None]) -> None:
+    while True:
+        try:
+            index, now = queue.get_nowait()
+        except Empty:
+            return
+        tracker = trackers[index]
+        if tracker is not None:
+            tracker(now)

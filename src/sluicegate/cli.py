@@ -1,0 +1,140 @@
+"""The ``sluicegate`` command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from sluicegate.config import ConfigError, load_config
+
+app = typer.Typer(
+    help="Admission control and scheduling gateway for OpenAI-compatible LLM engines.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err = Console(stderr=True)
+
+
+@app.command("check-config")
+def check_config(
+    path: Annotated[Path, typer.Argument(help="YAML configuration file")],
+) -> None:
+    """Validate a configuration file; exit 1 with every bad field and its line."""
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from None
+    for model in config.models:
+        lanes = ", ".join(f"{lane.name} ({lane.policy})" for lane in model.lanes)
+        console.print(
+            f"model [bold]{model.name}[/bold]: {len(model.backends)} backend(s), "
+            f"router {model.router}, lanes {lanes}"
+        )
+    console.print(f"{len(config.tenants)} tenant(s); store {config.store}")
+    console.print("[green]configuration is valid[/green]")
+
+
+@app.command()
+def serve(
+    config: Annotated[Path, typer.Option("--config", "-c", help="YAML configuration file")],
+    host: Annotated[str | None, typer.Option(help="override server.host")] = None,
+    port: Annotated[int | None, typer.Option(help="override server.port")] = None,
+) -> None:
+    """Run the gateway."""
+    from sluicegate.gateway.app import serve as run_gateway
+
+    try:
+        loaded = load_config(config)
+        run_gateway(loaded, host=host, port=port)
+    except ConfigError as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def emulate(
+    port: Annotated[int, typer.Option(help="TCP port to listen on")] = 8000,
+    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    preset: Annotated[str, typer.Option(help="engine preset (see engine/presets.py)")] = "tiny",
+    model: Annotated[str, typer.Option(help="model name it serves")] = "emulated",
+    max_num_seqs: Annotated[int | None, typer.Option(help="override the preset's batch")] = None,
+    seed: Annotated[int, typer.Option(help="seed of output lengths and text")] = 0,
+) -> None:
+    """Serve an emulated continuous-batching engine over the OpenAI API (vLLM metric names)."""
+    from sluicegate.emulator import serve as run_emulator
+
+    try:
+        run_emulator(host, port, preset=preset, model=model, max_num_seqs=max_num_seqs, seed=seed)
+    except (KeyError, ValueError) as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from None
+
+
+@app.command(hidden=True)
+def passthrough(
+    backend: Annotated[list[str], typer.Option(help="engine base URL (repeatable)")],
+    port: Annotated[int, typer.Option(help="TCP port to listen on")] = 8090,
+    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+) -> None:
+    """A plain round-robin pass-through proxy (the demo's and benchmarks' baseline)."""
+    from sluicegate.demo.passthrough import serve_passthrough
+
+    serve_passthrough(backend, host, port)
+
+
+@app.command()
+def demo(
+    duration: Annotated[float, typer.Option(help="seconds of load per phase")] = 25.0,
+    out: Annotated[Path, typer.Option(help="where to write CSVs and the plot")] = Path("demo-out"),
+    seed: Annotated[int, typer.Option(help="workload seed")] = 7,
+) -> None:
+    """Pass-through vs sluicegate under the same overload, on emulated engines."""
+    from sluicegate.demo.run import DemoSettings, run_demo
+
+    run_demo(DemoSettings(duration_s=duration, out_dir=out, seed=seed), console)
+
+
+@app.command()
+def plan(
+    rate: Annotated[float, typer.Option(help="arrival rate, requests per second")],
+    service_s: Annotated[float, typer.Option(help="mean service time per request, seconds")],
+    slots: Annotated[int, typer.Option(help="concurrent requests one replica serves well")],
+    slo_s: Annotated[float, typer.Option(help="p99 queue-wait objective, seconds")],
+    cv_service: Annotated[float, typer.Option(help="coefficient of variation of service")] = 1.0,
+    cv_arrival: Annotated[float, typer.Option(help="coefficient of variation of gaps")] = 1.0,
+    max_replicas: Annotated[int, typer.Option(help="give up above this many")] = 1000,
+    out: Annotated[Path, typer.Option(help="where to write the PNG")] = Path("plan-out"),
+) -> None:
+    """How many replicas, what queue cap and what timeout: Erlang C and Allen–Cunneen."""
+    from sluicegate.plan import PlanInfeasibleError, PlanInput, plan_capacity
+    from sluicegate.plan_plot import plot_wait_vs_utilization, render_plan
+
+    try:
+        inp = PlanInput(
+            arrival_rate=rate,
+            mean_service_s=service_s,
+            cv_service=cv_service,
+            slots_per_replica=slots,
+            p99_wait_slo_s=slo_s,
+            cv_arrival=cv_arrival,
+            max_replicas=max_replicas,
+        )
+        result = plan_capacity(inp)
+    except (PlanInfeasibleError, ValueError) as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from None
+    console.print(render_plan(result))
+    out.mkdir(parents=True, exist_ok=True)
+    png = plot_wait_vs_utilization(result, out / "p99-wait-vs-utilization.png")
+    console.print(f"plot: {png}")
+
+
+def main() -> None:
+    """Entry point for ``python -m sluicegate``."""
+    app()

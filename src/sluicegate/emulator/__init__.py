@@ -1,0 +1,25 @@
+"""The engine model served in real time behind an OpenAI-compatible API (SPEC §10).
+
+``build_app`` gives the ASGI app; ``serve`` runs it under uvicorn
+(``sluicegate emulate``). Streaming has the engine's real inter-token gaps, a
+client that disconnects aborts its request, and ``/metrics`` carries vLLM's
+metric names, so the gateway treats the emulator exactly as a vLLM backend.
+"""
+
+from __future__ import annotations
+
+from sluicegate.emulator.metrics import EmulatorMetrics
+from sluicegate.emulator.runner import EngineRunner, FinishReason, RequestStream, RunnerStats
+from sluicegate.emulator.server import build_app, serve
+from sluicegate.emulator.text import FakeText
+
+__all__ = [
+    "EmulatorMetrics",
+    "EngineRunner",
+    "FakeText",
+    "FinishReason",
+    "RequestStream",
+    "RunnerStats",
+    "build_app",
+    "serve",
+]

@@ -1,0 +1,134 @@
+"""vLLM-named Prometheus metrics for the emulator, in a registry of its own.
+
+Names, types, labels (``model_name``, ``engine``) and histogram buckets follow
+vLLM v1's ``PrometheusStatLogger`` (vllm/v1/metrics/loggers.py), so a scraper
+written for vLLM reads the emulator unchanged. Gauges are computed from the
+engine at scrape time; counters and histograms are fed by the runner.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from sluicegate.engine import Engine
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+FINISH_REASONS: tuple[str, ...] = ("stop", "length", "abort")
+
+_LABELS = ("model_name", "engine")
+_TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+    7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+_ITL_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+    10.0, 20.0, 40.0, 80.0,
+)  # fmt: skip
+_E2E_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+    120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+
+
+class EmulatorMetrics:
+    """The emulator's Prometheus metrics, labelled ``model_name=<model>, engine="0"``.
+
+    Gauges: ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
+    ``vllm:kv_cache_usage_perc`` and its deprecated twin
+    ``vllm:gpu_cache_usage_perc`` (0–1). Counters: ``vllm:prompt_tokens_total``,
+    ``vllm:generation_tokens_total``, ``vllm:num_preemptions_total``,
+    ``vllm:request_success_total{finished_reason}``. Histograms:
+    ``vllm:time_to_first_token_seconds``, ``vllm:inter_token_latency_seconds``,
+    ``vllm:time_per_output_token_seconds`` (the same per-token gaps, its older
+    name) and ``vllm:e2e_request_latency_seconds``.
+
+    Args:
+        model: the served model name.
+        engine: the engine whose state the gauges report.
+    """
+
+    def __init__(self, model: str, engine: Engine) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._values = values = (model, "0")
+        self._gauges(engine)
+        self._prompt_tokens = self._counter("vllm:prompt_tokens", "Prefill tokens processed.")
+        self._generation_tokens = self._counter(
+            "vllm:generation_tokens", "Generation tokens processed."
+        )
+        self._preemptions = self._counter(
+            "vllm:num_preemptions", "Cumulative number of preemptions from the engine."
+        )
+        success = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            [*_LABELS, "finished_reason"],
+            registry=self.registry,
+        )
+        self._success = {reason: success.labels(*values, reason) for reason in FINISH_REASONS}
+        self._ttft = self._histogram(
+            "vllm:time_to_first_token_seconds", "Time to first token in seconds.", _TTFT_BUCKETS
+        )
+        self._itl = self._histogram(
+            "vllm:inter_token_latency_seconds", "Inter-token latency in seconds.", _ITL_BUCKETS
+        )
+        self._tpot = self._histogram(
+            "vllm:time_per_output_token_seconds", "Time per output token in seconds.", _ITL_BUCKETS
+        )
+        self._e2e = self._histogram(
+            "vllm:e2e_request_latency_seconds", "End-to-end request latency in seconds.",
+            _E2E_BUCKETS,
+        )  # fmt: skip
+
+    def _gauges(self, engine: Engine) -> None:
+        readings = (
+            ("vllm:num_requests_running", "Requests in model execution batches.",
+             lambda: float(engine.num_requests_running)),
+            ("vllm:num_requests_waiting", "Requests waiting to be processed.",
+             lambda: float(engine.num_requests_waiting)),
+            ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+             lambda: engine.kv_cache_usage),
+            ("vllm:gpu_cache_usage_perc",
+             "GPU KV-cache usage. 1 means 100 percent usage. "
+             "DEPRECATED: Use vllm:kv_cache_usage_perc instead.",
+             lambda: engine.kv_cache_usage),
+        )  # fmt: skip
+        for name, doc, read in readings:
+            gauge = Gauge(name, doc, _LABELS, registry=self.registry)
+            gauge.labels(*self._values).set_function(read)
+
+    def _counter(self, name: str, doc: str) -> Counter:
+        counter = Counter(name, doc, _LABELS, registry=self.registry)
+        child: Counter = counter.labels(*self._values)
+        return child
+
+    def _histogram(self, name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+        histogram = Histogram(name, doc, _LABELS, buckets=buckets, registry=self.registry)
+        child: Histogram = histogram.labels(*self._values)
+        return child
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric, for ``GET /metrics``."""
+        return generate_latest(self.registry)
+
+    def first_token(self, prompt_tokens: int, ttft_s: float) -> None:
+        """A request's prompt was processed and its first token delivered after ``ttft_s``."""
+        self._prompt_tokens.inc(prompt_tokens)
+        self._generation_tokens.inc()
+        self._ttft.observe(ttft_s)
+
+    def next_token(self, gap_s: float) -> None:
+        """A later token was delivered ``gap_s`` after the request's previous one."""
+        self._generation_tokens.inc()
+        self._itl.observe(gap_s)
+        self._tpot.observe(gap_s)
+
+    def finished(self, reason: str, e2e_s: float | None) -> None:
+        """A request ended (``stop``, ``length`` or ``abort``); aborts carry no latency."""
+        self._success[reason].inc()
+        if e2e_s is not None:
+            self._e2e.observe(e2e_s)
+
+    def preempted(self, count: int) -> None:
+        """The engine preempted ``count`` requests in a step."""
+        if count:
+            self._preemptions.inc(count)

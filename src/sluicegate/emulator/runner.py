@@ -1,0 +1,246 @@
+"""The real-time loop that steps the sans-I/O ``Engine`` and delivers tokens to requests.
+
+One asyncio task owns the engine. While it has work it repeats::
+
+    result = engine.step(now)          # the step's effects apply here
+    await sleep until now + result.duration_s
+    deliver result.tokens / result.finished to the requests' queues
+
+and sleeps on an ``asyncio.Event`` when idle; ``submit`` sets it. A request
+aborted while its step sleeps is gone from ``_live``, so the tokens that step
+computed for it are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sluicegate.emulator.metrics import EmulatorMetrics
+from sluicegate.emulator.text import FakeText
+from sluicegate.engine import Engine, StepResult
+
+# Step starts are chained to the modelled timeline (t_{k+1} = t_k + duration_k)
+# rather than re-read from the clock, because timers on uvloop have millisecond
+# granularity and re-reading would add that rounding to every ~2 ms step. Past
+# this lag (an overloaded loop) the timeline resyncs to the clock instead of
+# running a burst of late steps back to back.
+_MAX_LAG_S = 0.05
+
+_log = logging.getLogger(__name__)
+
+
+class FinishReason(StrEnum):
+    """Why a request's stream ended (OpenAI ``finish_reason``; vLLM's metric label)."""
+
+    STOP = "stop"
+    LENGTH = "length"
+    ABORT = "abort"
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """One emitted token, as the runner delivers it."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The end of a request's stream; no event follows it."""
+
+    reason: FinishReason
+
+
+Event = Token | Finish
+
+
+class RequestStream:
+    """One submitted request: its sizes, timings and the queue its events arrive on.
+
+    Attributes:
+        req_id: the engine's id for the request.
+        prompt_tokens: the prompt size given to the engine.
+        max_tokens: the request's output cap.
+        arrival_s: loop time of submission.
+        completion_tokens: tokens delivered so far.
+    """
+
+    __slots__ = ("_last_token_s", "_queue", "_text", "arrival_s", "completion_tokens",
+                 "max_tokens", "prompt_tokens", "req_id")  # fmt: skip
+
+    def __init__(
+        self, req_id: str, prompt_tokens: int, max_tokens: int, arrival_s: float, seed: int
+    ) -> None:
+        self.req_id = req_id
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.arrival_s = arrival_s
+        self.completion_tokens = 0
+        self._last_token_s = arrival_s
+        self._text = FakeText(req_id, seed)
+        self._queue: asyncio.Queue[Event] = asyncio.Queue()
+
+    async def next_event(self) -> Event:
+        """Wait for the request's next token or its finish."""
+        return await self._queue.get()
+
+    def _push_token(self, now: float) -> float:
+        """Queue one token; returns the time since the previous one (or since arrival)."""
+        gap = now - self._last_token_s
+        self._last_token_s = now
+        self.completion_tokens += 1
+        self._queue.put_nowait(Token(self._text.next_token()))
+        return gap
+
+    def _push_finish(self, reason: FinishReason) -> None:
+        self._queue.put_nowait(Finish(reason))
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerStats:
+    """A snapshot of the emulator for ``GET /emulator/stats`` (tests and demos)."""
+
+    running: int
+    waiting: int
+    max_running_seen: int
+    admitted_total: int
+    aborted_total: int
+    finished_total: int
+    kv_cache_usage: float
+
+
+class EngineRunner:
+    """Steps an ``Engine`` in real time on the running event loop and feeds request streams.
+
+    Args:
+        engine: the engine to drive; the runner is its only user.
+        metrics: where token, latency and outcome metrics go.
+        seed: seeds each request's fake text (with its id).
+    """
+
+    def __init__(self, engine: Engine, metrics: EmulatorMetrics, *, seed: int = 0) -> None:
+        self._engine = engine
+        self._metrics = metrics
+        self._seed = seed
+        self._live: dict[str, RequestStream] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._max_running_seen = 0
+        self._admitted = self._aborted = self._finished = 0
+
+    def start(self) -> None:
+        """Start the stepping task on the running loop."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        """Stop stepping and abort every live request (their streams end with ``abort``)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task})
+        for req_id in list(self._live):
+            self.abort(req_id)
+
+    def is_live(self, req_id: str) -> bool:
+        """Whether the request was submitted and has not finished or been aborted."""
+        return req_id in self._live
+
+    def submit(
+        self, req_id: str, prompt_tokens: int, max_tokens: int, *, ignore_eos: bool = False
+    ) -> RequestStream:
+        """Queue a request in the engine and return the stream its events will arrive on.
+
+        Raises:
+            ValueError: the engine refuses it (duplicate id, or too long for its KV cache).
+        """
+        now = asyncio.get_running_loop().time()
+        self._engine.add_request(req_id, prompt_tokens, max_tokens, now, ignore_eos=ignore_eos)
+        stream = RequestStream(req_id, prompt_tokens, max_tokens, now, self._seed)
+        self._live[req_id] = stream
+        self._admitted += 1
+        self._wake.set()
+        return stream
+
+    def abort(self, req_id: str) -> bool:
+        """Abort a live request at once: free its KV and end its stream with ``abort``.
+
+        Returns:
+            Whether the request was live (False once it finished or was aborted).
+        """
+        stream = self._live.pop(req_id, None)
+        if stream is None:
+            return False
+        self._engine.abort(req_id, now=asyncio.get_running_loop().time())
+        self._aborted += 1
+        self._metrics.finished(FinishReason.ABORT, None)
+        stream._push_finish(FinishReason.ABORT)
+        return True
+
+    def stats(self) -> RunnerStats:
+        """The current engine state and the runner's counters."""
+        engine = self._engine
+        return RunnerStats(
+            running=engine.num_requests_running,
+            waiting=engine.num_requests_waiting,
+            max_running_seen=self._max_running_seen,
+            admitted_total=self._admitted,
+            aborted_total=self._aborted,
+            finished_total=self._finished,
+            kv_cache_usage=engine.kv_cache_usage,
+        )
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._drain()
+            except Exception:
+                # A bug in a step must not leave clients hanging on streams that never end.
+                _log.exception("engine step failed; aborting all live requests")
+                for req_id in list(self._live):
+                    self.abort(req_id)
+
+    async def _drain(self) -> None:
+        """Step the engine until it is idle, one real-time step after another."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        while (result := self._engine.step(start)) is not None:
+            self._max_running_seen = max(self._max_running_seen, self._engine.num_requests_running)
+            self._metrics.preempted(len(result.preempted))
+            end = start + result.duration_s
+            delay = end - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            now = loop.time()
+            self._deliver(result, now)
+            start = end if now - end < _MAX_LAG_S else now
+
+    def _deliver(self, result: StepResult, now: float) -> None:
+        """Hand a finished step's tokens and finishes to the requests still live."""
+        metrics = self._metrics
+        for req_id, count in result.tokens.items():
+            stream = self._live.get(req_id)
+            if stream is None:
+                continue  # aborted while the step ran: its tokens are dropped
+            for _ in range(count):
+                first = stream.completion_tokens == 0
+                gap = stream._push_token(now)
+                if first:
+                    metrics.first_token(stream.prompt_tokens, gap)
+                else:
+                    metrics.next_token(gap)
+        for req_id in result.finished:
+            stream = self._live.pop(req_id, None)
+            if stream is None:
+                continue
+            reason = FinishReason.LENGTH
+            if stream.completion_tokens < stream.max_tokens:
+                reason = FinishReason.STOP
+            self._finished += 1
+            metrics.finished(reason, now - stream.arrival_s)
+            stream._push_finish(reason)

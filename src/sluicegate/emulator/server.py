@@ -1,0 +1,276 @@
+"""The emulator's HTTP face: an OpenAI-compatible API over the real-time engine.
+
+Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``,
+``GET /v1/models``, ``GET /health``, ``GET /metrics`` (vLLM names) and
+``GET /emulator/stats`` (JSON, for tests and demos).
+
+Prompt size: there is no tokenizer, so a prompt of ``c`` characters counts as
+``max(1, ceil(c / 4))`` tokens (OpenAI's rule of thumb for English); for chat,
+``c`` sums the text of every message (string content or ``{"type": "text"}``
+parts); a completions prompt given as token ids counts one token per id.
+
+A client that disconnects (streaming or not) aborts its request in the engine
+at once, freeing its KV, as vLLM does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import orjson
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from sluicegate.emulator.metrics import CONTENT_TYPE, EmulatorMetrics
+from sluicegate.emulator.protocol import (
+    ApiError,
+    CompletionRequest,
+    OpenAIShape,
+    error_body,
+    parse_request,
+)
+from sluicegate.emulator.runner import EngineRunner, Finish, FinishReason, RequestStream, Token
+from sluicegate.engine import Engine, EngineConfig
+from sluicegate.engine.presets import preset as engine_preset
+
+
+def _json(payload: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(payload), status_code=status, media_type="application/json")
+
+
+def _sse(payload: object) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+async def _on_disconnect(receive: Receive, callback: Callable[[], object]) -> None:
+    """Wait for the client to go away (ASGI ``http.disconnect``), then call ``callback``."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    callback()
+
+
+class _EventStreamResponse(Response):
+    """Streams one request's tokens as OpenAI SSE chunks; aborts it if the client leaves.
+
+    The stream runs in ``__call__`` itself (no async generator), so its
+    ``finally`` runs however it ends: finished, client gone, or task cancelled.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self, runner: EngineRunner, stream: RequestStream, shape: OpenAIShape, include_usage: bool
+    ) -> None:
+        self.status_code = 200
+        self.background = None
+        self.init_headers({"cache-control": "no-cache"})
+        self._runner = runner
+        self._stream = stream
+        self._shape = shape
+        self._include_usage = include_usage
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Send headers at once, then one ``data:`` event per token as the engine emits it."""
+        req_id = self._stream.req_id
+        watcher = asyncio.create_task(_on_disconnect(receive, lambda: self._runner.abort(req_id)))
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            await self._send_events(send)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            pass  # ASGI 2.4 servers raise on send after a disconnect; finally aborts
+        finally:
+            watcher.cancel()
+            self._runner.abort(req_id)
+
+    async def _send_events(self, send: Send) -> None:
+        stream, shape = self._stream, self._shape
+        first = True
+        while True:
+            event = await stream.next_event()
+            if isinstance(event, Token):
+                chunk = _sse(shape.chunk(event.text, first=first))
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                first = False
+                continue
+            if event.reason is FinishReason.ABORT:
+                return  # the client left or the server is stopping: no [DONE]
+            tail = _sse(shape.finish_chunk(event.reason))
+            if self._include_usage:
+                tail += _sse(shape.usage_chunk(stream.prompt_tokens, stream.completion_tokens))
+            tail += b"data: [DONE]\n\n"
+            await send({"type": "http.response.body", "body": tail, "more_body": True})
+            return
+
+
+class _EmulatorApi:
+    """The route handlers, bound to one engine runner and its metrics."""
+
+    def __init__(
+        self, runner: EngineRunner, metrics: EmulatorMetrics, model: str, max_model_len: int
+    ) -> None:
+        self._runner = runner
+        self._metrics = metrics
+        self._model = model
+        self._max_model_len = max_model_len
+        self._created = int(time.time())
+        self._next_id = 0
+
+    async def chat_completions(self, request: Request) -> Response:
+        """``POST /v1/chat/completions``."""
+        return await self._complete(request, chat=True)
+
+    async def completions(self, request: Request) -> Response:
+        """``POST /v1/completions``."""
+        return await self._complete(request, chat=False)
+
+    async def models(self, request: Request) -> Response:
+        """``GET /v1/models``: the one served model."""
+        card = {
+            "id": self._model, "object": "model", "created": self._created,
+            "owned_by": "sluicegate-emulator", "max_model_len": self._max_model_len,
+        }  # fmt: skip
+        return _json({"object": "list", "data": [card]})
+
+    async def health(self, request: Request) -> Response:
+        """``GET /health``: 200 while the process serves."""
+        return Response(status_code=200)
+
+    async def metrics(self, request: Request) -> Response:
+        """``GET /metrics``: Prometheus text exposition with vLLM's metric names."""
+        return Response(self._metrics.render(), media_type=CONTENT_TYPE)
+
+    async def stats(self, request: Request) -> Response:
+        """``GET /emulator/stats``: engine state and request counters as JSON."""
+        return _json(dataclasses.asdict(self._runner.stats()))
+
+    async def _complete(self, request: Request, *, chat: bool) -> Response:
+        try:
+            parsed = parse_request(await request.body(), chat=chat, model=self._model)
+            req_id = self._request_id(request)
+            stream = self._submit(req_id, parsed, chat=chat)
+        except ApiError as exc:
+            return _json(error_body(exc), exc.status)
+        shape = OpenAIShape(
+            chat=chat, resp_id=("chatcmpl-" if chat else "cmpl-") + req_id,
+            model=self._model, created=int(time.time()),
+        )  # fmt: skip
+        if parsed.stream:
+            return _EventStreamResponse(self._runner, stream, shape, parsed.include_usage)
+        texts, reason = await self._collect(request, stream)
+        if reason is FinishReason.ABORT:
+            return Response(status_code=499)  # nobody is listening any more
+        usage = (stream.prompt_tokens, stream.completion_tokens)
+        return _json(shape.body("".join(texts), reason, *usage))
+
+    def _request_id(self, request: Request) -> str:
+        """The client's ``X-Request-Id`` (as vLLM honours it), else a sequence number."""
+        given = request.headers.get("x-request-id")
+        if given:
+            if self._runner.is_live(given):
+                raise ApiError(400, f"request id {given!r} is already in use", "duplicate_id")
+            return given
+        self._next_id += 1
+        return f"{self._next_id:012d}"
+
+    def _submit(self, req_id: str, parsed: CompletionRequest, *, chat: bool) -> RequestStream:
+        try:
+            return self._runner.submit(
+                req_id, parsed.prompt_tokens, parsed.max_tokens, ignore_eos=parsed.ignore_eos
+            )
+        except ValueError as exc:
+            message = f"This request is too long for the emulated engine: {exc}"
+            param = "messages" if chat else "prompt"
+            raise ApiError(400, message, "context_length_exceeded", param) from exc
+
+    async def _collect(
+        self, request: Request, stream: RequestStream
+    ) -> tuple[list[str], FinishReason]:
+        """Wait for a non-streamed request's end, aborting it if the client disconnects."""
+        req_id = stream.req_id
+        watcher = asyncio.create_task(
+            _on_disconnect(request.receive, lambda: self._runner.abort(req_id))
+        )
+        texts: list[str] = []
+        try:
+            while True:
+                event = await stream.next_event()
+                if isinstance(event, Finish):
+                    return texts, event.reason
+                texts.append(event.text)
+        finally:
+            watcher.cancel()
+            self._runner.abort(req_id)
+
+
+def build_app(config: EngineConfig, *, model: str, seed: int = 0) -> Starlette:
+    """The emulator as an ASGI app: one engine, stepped in real time while the app runs.
+
+    Args:
+        config: the engine to emulate (see ``sluicegate.engine.presets``).
+        model: the model name served (requests naming another get 404).
+        seed: seeds output lengths and fake text; same seed and ids, same responses.
+    """
+    engine = Engine(config, seed=seed)
+    metrics = EmulatorMetrics(model, engine)
+    runner = EngineRunner(engine, metrics, seed=seed)
+    api = _EmulatorApi(runner, metrics, model, config.num_blocks * config.block_size)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        runner.start()
+        try:
+            yield
+        finally:
+            await runner.stop()
+
+    routes = [
+        Route("/v1/chat/completions", api.chat_completions, methods=["POST"]),
+        Route("/v1/completions", api.completions, methods=["POST"]),
+        Route("/v1/models", api.models, methods=["GET"]),
+        Route("/health", api.health, methods=["GET"]),
+        Route("/metrics", api.metrics, methods=["GET"]),
+        Route("/emulator/stats", api.stats, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+def serve(
+    host: str,
+    port: int,
+    *,
+    preset: str,
+    model: str,
+    max_num_seqs: int | None = None,
+    seed: int = 0,
+) -> None:
+    """Serve an engine preset over the OpenAI API until interrupted (``sluicegate emulate``).
+
+    Args:
+        host: interface to bind.
+        port: TCP port to bind.
+        preset: engine preset name (``sluicegate.engine.PRESETS``).
+        model: the model name to serve.
+        max_num_seqs: overrides the preset's running-batch size.
+        seed: seeds output lengths and fake text.
+
+    Raises:
+        KeyError: unknown preset.
+        ValueError: ``max_num_seqs`` out of range.
+    """
+    config = engine_preset(preset)
+    if max_num_seqs is not None:
+        config = dataclasses.replace(config, max_num_seqs=max_num_seqs)
+    app = build_app(config, model=model, seed=seed)
+    uvicorn.run(
+        app, host=host, port=port, loop="uvloop", http="httptools", ws="none",
+        log_level="warning", access_log=False,
+    )  # fmt: skip

@@ -1,0 +1,48 @@
+"""API key → tenant, compared in constant time; keys are never logged or echoed."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping
+
+
+class KeyRing:
+    """Resolves bearer tokens to tenants.
+
+    Keys are stored only as SHA-256 digests. Lookup hashes the presented token
+    and compares digests with ``hmac.compare_digest`` against every entry, so
+    timing does not reveal which key, or how much of one, matched.
+    """
+
+    __slots__ = ("_admin", "_entries")
+
+    def __init__(self, keys: Mapping[str, str], admin_key: str | None = None) -> None:
+        self._entries = [(hashlib.sha256(k.encode()).digest(), t) for k, t in keys.items()]
+        self._admin = hashlib.sha256(admin_key.encode()).digest() if admin_key else None
+
+    def tenant(self, token: str) -> str | None:
+        """The tenant owning ``token``, or ``None``."""
+        digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+        found: str | None = None
+        for candidate, tenant in self._entries:
+            if hmac.compare_digest(candidate, digest):
+                found = tenant
+        return found
+
+    def is_admin(self, token: str) -> bool:
+        """Whether ``token`` is the admin key (always false when none is configured)."""
+        if self._admin is None:
+            return False
+        digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+        return hmac.compare_digest(self._admin, digest)
+
+
+def bearer(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer TOKEN`` header, or ``None``."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()

@@ -1,0 +1,153 @@
+"""The asyncio driver of ``core.Scheduler``: real time, futures for waiters, one timer.
+
+Every scheduler event is fed ``time.monotonic()`` (the clock asyncio's loop
+uses), and every decision it returns is executed here: an ``Admit`` resolves
+the waiting request's future, a ``Preempt`` signals the running request's
+handle, and the single timer is re-armed at ``next_wakeup()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+
+from sluicegate.core.decisions import Admit, Decision, Expire, Preempt, Queued, Reject, Reserve
+from sluicegate.core.scheduler import Scheduler
+from sluicegate.core.ticket import BackendStats, Ticket, TicketId, Usage
+
+Verdict = Admit | Reject | Expire
+
+
+class RunningHandle:
+    """What the driver knows of a running request: how to tell it it was preempted."""
+
+    __slots__ = ("on_preempt", "preempt")
+
+    def __init__(self) -> None:
+        self.preempt: Preempt | None = None
+        self.on_preempt: Callable[[Preempt], None] | None = None
+
+
+class SchedulerDriver:
+    """Drives one ``Scheduler`` from the event loop.
+
+    ``submit`` returns a future resolved with the ticket's verdict (``Admit``,
+    ``Reject`` or ``Expire``). After an ``Admit`` the caller must eventually
+    call exactly one of ``complete`` or ``cancel``; before it, ``cancel``.
+    """
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        on_expire: Callable[[Expire], None] | None = None,
+    ) -> None:
+        self.scheduler = scheduler
+        self._clock = clock
+        self._waiters: dict[TicketId, asyncio.Future[Verdict]] = {}
+        self._running: dict[TicketId, RunningHandle] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._on_expire = on_expire
+
+    def now(self) -> float:
+        """The driver's clock."""
+        return self._clock()
+
+    def submit(self, ticket: Ticket) -> asyncio.Future[Verdict]:
+        """Hand a new ticket to the scheduler; the future resolves with its verdict."""
+        future: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
+        self._waiters[ticket.id] = future
+        self._execute(self.scheduler.submit(ticket, self._clock()))
+        return future
+
+    def handle(self, ticket_id: TicketId) -> RunningHandle:
+        """The handle of an admitted ticket (created on admission)."""
+        return self._running[ticket_id]
+
+    def complete(self, ticket_id: TicketId, usage: Usage) -> None:
+        """An admitted ticket's upstream request ended (successfully or not)."""
+        self._running.pop(ticket_id, None)
+        self._execute(self.scheduler.complete(ticket_id, usage, self._clock()))
+
+    def requeue_wait(self, ticket_id: TicketId) -> asyncio.Future[Verdict]:
+        """After a requeue preemption was completed: wait for the ticket's next verdict."""
+        future: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
+        if self.scheduler.state_of(ticket_id) is None:
+            future.cancel()
+            return future
+        self._waiters[ticket_id] = future
+        return future
+
+    def cancel(self, ticket_id: TicketId) -> None:
+        """The client went away; drop the ticket wherever it is."""
+        future = self._waiters.pop(ticket_id, None)
+        if future is not None and not future.done():
+            future.cancel()
+        self._running.pop(ticket_id, None)
+        self._execute(self.scheduler.cancel(ticket_id, self._clock()))
+
+    def observe(self, stats: BackendStats) -> None:
+        """Feed a health probe or metrics scrape to the scheduler."""
+        self._execute(self.scheduler.observe_backend(stats, self._clock()))
+
+    def _execute(self, decisions: Iterable[Decision]) -> None:
+        pending = list(decisions)
+        while pending:
+            decision = pending.pop(0)
+            tid = decision.ticket.id
+            if isinstance(decision, Admit):
+                future = self._waiters.pop(tid, None)
+                if future is None or future.done():
+                    # Its client left between the decision and now: give the slot back.
+                    pending.extend(self.scheduler.cancel(tid, self._clock()))
+                    continue
+                self._running[tid] = RunningHandle()
+                future.set_result(decision)
+            elif isinstance(decision, Reject | Expire):
+                future = self._waiters.pop(tid, None)
+                if future is not None and not future.done():
+                    future.set_result(decision)
+                if isinstance(decision, Expire) and self._on_expire is not None:
+                    self._on_expire(decision)
+            elif isinstance(decision, Preempt):
+                running = self._running.get(tid)
+                if running is None:
+                    pending.extend(self.scheduler.complete(tid, Usage(0, 0), self._clock()))
+                    continue
+                running.preempt = decision
+                if running.on_preempt is not None:
+                    running.on_preempt(decision)
+            elif isinstance(decision, Reserve):
+                # The in-memory store grants global slots at once.
+                pending.extend(self.scheduler.grant(tid, self._clock()))
+            elif isinstance(decision, Queued):
+                continue
+        self._arm_timer()
+
+    def _arm_timer(self) -> None:
+        wakeup = self.scheduler.next_wakeup()
+        if wakeup == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = wakeup
+        if wakeup is not None:
+            loop = asyncio.get_running_loop()
+            # asyncio's loop clock is time.monotonic, the same clock the scheduler runs on.
+            delay = max(0.0, wakeup - self._clock())
+            self._timer = loop.call_at(loop.time() + delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self._execute(self.scheduler.tick(self._clock()))
+
+    def close(self) -> None:
+        """Stop the timer (at shutdown)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None

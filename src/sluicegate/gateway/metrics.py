@@ -1,0 +1,141 @@
+"""Prometheus metrics of the gateway (SPEC §9); every metric name lives here.
+
+Counters and histograms are updated as requests end; gauges (queue depth,
+in-flight, limits, backend state) are read from the scheduler at scrape time,
+so the hot path never touches them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from sluicegate.core.scheduler import Scheduler
+from sluicegate.core.ticket import Outcome
+
+LATENCY_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    320.0,
+)
+OTHER_TENANT = "other"
+
+
+class _SchedulerGauges(Collector):
+    """Gauges computed from a scheduler snapshot at scrape time."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        depth = GaugeMetricFamily(
+            "sluicegate_queue_depth", "Requests waiting per lane.", labels=["model", "lane"]
+        )
+        inflight = GaugeMetricFamily(
+            "sluicegate_inflight_requests", "Requests running per lane.", labels=["model", "lane"]
+        )
+        limit = GaugeMetricFamily(
+            "sluicegate_concurrency_limit",
+            "Effective concurrency limit per lane (lane cap within the model's adaptive limit).",
+            labels=["model", "lane"],
+        )
+        tokens = GaugeMetricFamily(
+            "sluicegate_inflight_tokens",
+            "Prompt plus predicted output tokens of running requests.",
+            labels=["model"],
+        )
+        kv = GaugeMetricFamily(
+            "sluicegate_backend_kv_cache_usage",
+            "Engine KV-cache usage (0-1) last scraped.",
+            labels=["model", "backend"],
+        )
+        healthy = GaugeMetricFamily(
+            "sluicegate_backend_healthy",
+            "1 if the backend takes traffic (probe up, circuit not open).",
+            labels=["model", "backend"],
+        )
+        for name in self._scheduler.models():
+            view = self._scheduler.view(name)
+            for lane in view.lanes:
+                depth.add_metric([name, lane.name], lane.queued)
+                inflight.add_metric([name, lane.name], lane.running)
+                limit.add_metric([name, lane.name], min(lane.cap, view.cap))
+            tokens.add_metric([name], view.inflight_tokens)
+            for backend in view.backends:
+                if backend.kv_cache_usage is not None:
+                    kv.add_metric([name, backend.name], backend.kv_cache_usage)
+                up = backend.healthy and backend.circuit != "open"
+                healthy.add_metric([name, backend.name], 1.0 if up else 0.0)
+        yield from (depth, inflight, limit, tokens, kv, healthy)
+
+
+class GatewayMetrics:
+    """All of the gateway's metrics, in a registry of its own."""
+
+    def __init__(self, scheduler: Scheduler, tenants: Collection[str]) -> None:
+        self.registry = CollectorRegistry()
+        self._tenants = frozenset(tenants)
+        self.queue_wait = Histogram(
+            "sluicegate_queue_wait_seconds",
+            "Time from arrival to admission.",
+            ["model", "lane"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.ttft = Histogram(
+            "sluicegate_time_to_first_token_seconds",
+            "Time from arrival to the first streamed token (or the whole answer).",
+            ["model", "lane"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "sluicegate_request_duration_seconds",
+            "Time from arrival to the end of the response.",
+            ["model", "lane"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.requests = Counter(
+            "sluicegate_requests",
+            "Requests by how they ended.",
+            ["model", "lane", "outcome"],
+            registry=self.registry,
+        )
+        self.tokens = Counter(
+            "sluicegate_tokens",
+            "Tokens served, by tenant (configured tenants only; others are 'other').",
+            ["model", "tenant", "kind"],
+            registry=self.registry,
+        )
+        self.registry.register(_SchedulerGauges(scheduler))
+
+    def tenant_label(self, tenant: str) -> str:
+        """The tenant as a bounded label value."""
+        return tenant if tenant in self._tenants else OTHER_TENANT
+
+    def ended(self, model: str, lane: str, outcome: Outcome) -> None:
+        """Count one request ending with ``outcome``."""
+        self.requests.labels(model, lane, outcome.value).inc()
+
+    def served(self, model: str, tenant: str, prompt_tokens: int, completion_tokens: int) -> None:
+        """Count tokens served for ``tenant``."""
+        label = self.tenant_label(tenant)
+        self.tokens.labels(model, label, "prompt").inc(prompt_tokens)
+        self.tokens.labels(model, label, "completion").inc(completion_tokens)

@@ -1,0 +1,88 @@
+"""An incremental scanner of an OpenAI server-sent event stream, for accounting only.
+
+Bytes are forwarded to the client as they arrive; the scanner looks at the
+same bytes on the side to count generated chunks, find ``usage`` and
+``finish_reason``, and notice error events, without ever holding more than
+one partial line.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+MAX_LINE_BYTES = 1 << 20
+
+
+class SseScanner:
+    """Counts content chunks and picks up ``usage`` from an OpenAI SSE stream."""
+
+    __slots__ = (
+        "_partial",
+        "chunks",
+        "completion_tokens",
+        "done",
+        "error",
+        "finish_reason",
+        "malformed",
+        "prompt_tokens",
+    )
+
+    def __init__(self) -> None:
+        self.chunks = 0
+        self.done = False
+        self.error = False
+        self.malformed = False
+        self.finish_reason: str | None = None
+        self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
+        self._partial = b""
+
+    def feed(self, data: bytes) -> int:
+        """Scan ``data``; return how many content chunks it completed."""
+        before = self.chunks
+        buffer = self._partial + data if self._partial else data
+        lines = buffer.split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) > MAX_LINE_BYTES:
+            self.malformed = True
+            self._partial = b""
+        for line in lines:
+            if line.startswith(b"data:"):
+                self._event(line[5:].strip())
+        return self.chunks - before
+
+    def _event(self, payload: bytes) -> None:
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        if (
+            b'"usage"' not in payload
+            and b'"finish_reason":"' not in payload
+            and (b'"error"' not in payload)
+        ):
+            self.chunks += 1  # the common case: one content delta, no need to parse it
+            return
+        try:
+            event = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            self.malformed = True
+            return
+        if not isinstance(event, dict):
+            self.malformed = True
+            return
+        if "error" in event:
+            self.error = True
+            return
+        choices = event.get("choices")
+        if isinstance(choices, list) and choices:
+            self.chunks += 1
+            first = choices[0]
+            if isinstance(first, dict) and isinstance(first.get("finish_reason"), str):
+                self.finish_reason = first["finish_reason"]
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            if isinstance(prompt, int):
+                self.prompt_tokens = prompt
+            if isinstance(completion, int):
+                self.completion_tokens = completion

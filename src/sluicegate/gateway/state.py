@@ -1,0 +1,57 @@
+"""Everything a request handler needs, built once from the configuration."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from sluicegate.config import Config
+from sluicegate.core.scheduler import Scheduler
+from sluicegate.core.spec import ModelSpec, TenantSpec
+from sluicegate.gateway.auth import KeyRing
+from sluicegate.gateway.driver import SchedulerDriver
+from sluicegate.gateway.metrics import GatewayMetrics
+from sluicegate.gateway.upstream import Upstream
+
+ANONYMOUS = "anonymous"
+
+
+class GatewayState:
+    """Config, key ring, scheduler driver, metrics and upstream client of one gateway process.
+
+    With no tenant API keys configured the gateway runs open: every request
+    belongs to one ``anonymous`` tenant with default limits.
+    """
+
+    def __init__(self, config: Config, environ: Mapping[str, str] | None = None) -> None:
+        env = os.environ if environ is None else environ
+        self.config = config
+        keys = config.api_keys(env)
+        admin_env = config.server.admin_key_env
+        admin_key = env.get(admin_env) if admin_env else None
+        self.keys = KeyRing(keys, admin_key or None)
+        self.auth_required = bool(keys)
+        self.anonymous_tenant = ANONYMOUS
+        self.models: dict[str, ModelSpec] = {model.name: model for model in config.models}
+        self._tenants: dict[str, TenantSpec] = {t.name: t for t in config.scheduler_spec().tenants}
+        self._default_tenant = TenantSpec(name=ANONYMOUS)
+        self._urls = {
+            (model.name, backend.name): (backend.url or "").rstrip("/")
+            for model in config.models
+            for backend in model.backends
+        }
+        self.scheduler = Scheduler(config.scheduler_spec())
+        self.metrics = GatewayMetrics(self.scheduler, self._tenants)
+        self.driver = SchedulerDriver(self.scheduler)
+        self.upstream = Upstream(
+            connect_timeout_s=config.server.upstream_connect_timeout_s,
+            read_timeout_s=config.server.upstream_read_timeout_s,
+        )
+
+    def tenant_spec(self, tenant: str) -> TenantSpec:
+        """The tenant's scheduling settings (defaults for the anonymous tenant)."""
+        return self._tenants.get(tenant, self._default_tenant)
+
+    def backend_url(self, model: str, backend: str) -> str:
+        """The configured base URL of a backend (never taken from a request)."""
+        return self._urls[(model, backend)]

@@ -1,0 +1,60 @@
+"""The pooled upstream HTTP client (aiohttp), with errors mapped once to gateway errors."""
+
+from __future__ import annotations
+
+import aiohttp
+
+from sluicegate.gateway.errors import GatewayError
+
+FORWARD_HEADERS = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+
+
+class Upstream:
+    """One ``aiohttp.ClientSession`` shared by every backend, opened in the app's lifespan."""
+
+    def __init__(self, *, connect_timeout_s: float, read_timeout_s: float) -> None:
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, connect=connect_timeout_s, sock_read=read_timeout_s
+        )
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        """Open the connection pool."""
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
+        self._session = aiohttp.ClientSession(
+            connector=connector, timeout=self._timeout, auto_decompress=False
+        )
+
+    async def close(self) -> None:
+        """Close the pool."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """The open session; only valid between ``start`` and ``close``."""
+        if self._session is None:
+            raise RuntimeError("upstream session is not open")
+        return self._session
+
+    async def post(self, url: str, body: bytes, request_id: str) -> aiohttp.ClientResponse:
+        """POST ``body`` to ``url``; connection failures become 502, timeouts 504."""
+        headers = {**FORWARD_HEADERS, "X-Request-Id": request_id}
+        try:
+            return await self.session.post(url, data=body, headers=headers)
+        except TimeoutError as exc:
+            raise GatewayError(
+                504, "upstream_timeout", "the engine did not answer in time"
+            ) from exc
+        except aiohttp.ClientError as exc:
+            raise GatewayError(502, "upstream_unavailable", "the engine is unreachable") from exc
+
+    async def read(self, response: aiohttp.ClientResponse) -> bytes:
+        """The whole response body, with the same error mapping."""
+        try:
+            return await response.read()
+        except TimeoutError as exc:
+            raise GatewayError(504, "upstream_timeout", "the engine stopped answering") from exc
+        except aiohttp.ClientError as exc:
+            raise GatewayError(502, "upstream_error", "the engine's answer was cut off") from exc

@@ -1,0 +1,30 @@
+"""Fixtures: emulators served by a real uvicorn on loopback (see ``emulator_harness``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+
+import pytest
+from emulator_harness import LiveEmulator, run_emulator
+
+from sluicegate.engine import EngineConfig, preset
+
+
+@pytest.fixture
+def tiny() -> EngineConfig:
+    """The ``tiny`` engine preset (~2 ms steps)."""
+    return preset("tiny")
+
+
+@pytest.fixture
+def emulator(tiny: EngineConfig) -> Iterator[LiveEmulator]:
+    """An emulator of the ``tiny`` preset, fresh for each test."""
+    with run_emulator(tiny) as live:
+        yield live
+
+
+@pytest.fixture
+def start_emulator() -> Callable[..., AbstractContextManager[LiveEmulator]]:
+    """A factory for emulators of other engine configs."""
+    return run_emulator

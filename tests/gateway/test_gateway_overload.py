@@ -1,0 +1,132 @@
+"""Overload: full queues, queue timeouts and rate limits answer with retry headers, and the
+caps hold under a burst."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import openai
+from gateway_harness import (
+    FAST_PRIORS,
+    MODEL,
+    Reply,
+    Stack,
+    assert_retry_headers,
+    engine_stats,
+    http_call,
+    model_state,
+    open_stream,
+    openai_error,
+    stack,
+    wait_until,
+)
+
+ONE_SLOT = f"""    max_concurrency: 1
+{FAST_PRIORS}    lanes:
+      - {{name: interactive, max_concurrency: 1, max_queue: 0}}
+"""
+SHORT_TIMEOUT = f"""    max_concurrency: 1
+{FAST_PRIORS}    lanes:
+      - {{name: interactive, max_concurrency: 1, max_queue: 4, queue_timeout_s: 0.3}}
+"""
+RATE_LIMITED = """tenants:
+  - {name: a, api_key_env: KEY_A, requests_per_s: 1, burst_requests: 1}
+"""
+SMALL = {"model": MODEL, "prompt": "hi", "max_tokens": 3, "ignore_eos": True}
+
+
+def _post_small(gateway: Stack, key: str | None = None) -> tuple[float, Reply]:
+    """POST a short completion; (seconds it took, the reply)."""
+    start = time.monotonic()
+    reply = http_call(gateway.base_url, "POST", "/v1/completions", json=SMALL, key=key)
+    return time.monotonic() - start, reply
+
+
+async def test_full_queue_is_429_queue_full_with_retry_headers() -> None:
+    """With every slot busy and ``max_queue: 0`` a request is refused at once with 429
+    ``queue_full``, ``Retry-After`` (whole seconds ≥ 1) and ``retry-after-ms``."""
+    with stack(ONE_SLOT) as gateway:
+        async with aiohttp.ClientSession() as session:
+            holder = await open_stream(session, gateway.base_url)
+            reply = await asyncio.to_thread(
+                http_call, gateway.base_url, "POST", "/v1/completions", json=SMALL
+            )
+            holder.close()
+    assert reply.status == 429
+    error = openai_error(reply)
+    assert (error["type"], error["code"]) == ("rate_limit_error", "queue_full")
+    assert_retry_headers(reply)
+
+
+async def test_sdk_retry_honours_retry_after_and_succeeds_when_a_slot_frees() -> None:
+    """The openai SDK (max_retries=2) waits out a ``queue_full`` 429 as its headers say and
+    succeeds once the running request has finished and freed the slot."""
+    with stack(ONE_SLOT) as gateway:
+        async with (
+            aiohttp.ClientSession() as session,
+            openai.AsyncOpenAI(
+                base_url=gateway.base_url + "/v1", api_key="unused", max_retries=2, timeout=20
+            ) as sdk,
+        ):
+            # ~300 steps of ~2 ms: done well before the SDK's ≥ 1 s wait ends.
+            holder = await open_stream(session, gateway.base_url, max_tokens=300)
+            start = time.monotonic()
+            raw = await sdk.completions.with_raw_response.create(
+                model=MODEL, prompt="retry me", max_tokens=4, extra_body={"ignore_eos": True}
+            )
+            elapsed = time.monotonic() - start
+            await holder.read()
+            holder.close()
+    assert raw.retries_taken >= 1
+    assert elapsed >= 0.9  # it waited out retry-after-ms (≥ 1000) rather than its own backoff
+    completion = raw.parse()
+    assert completion.usage is not None
+    assert completion.usage.completion_tokens == 4
+
+
+async def test_queue_timeout_is_503_with_retry_headers() -> None:
+    """A request still queued after the lane's ``queue_timeout_s`` gets 503 ``queue_timeout``
+    with retry headers, no earlier than the timeout."""
+    with stack(SHORT_TIMEOUT) as gateway:
+        async with aiohttp.ClientSession() as session:
+            holder = await open_stream(session, gateway.base_url)
+            elapsed, reply = await asyncio.to_thread(_post_small, gateway)
+            holder.close()
+    assert reply.status == 503
+    error = openai_error(reply)
+    assert (error["type"], error["code"]) == ("service_unavailable_error", "queue_timeout")
+    assert_retry_headers(reply)
+    assert 0.28 <= elapsed < 2.0
+
+
+async def test_queued_request_reports_its_wait_in_queue_ms() -> None:
+    """A request that queued behind a running one reports (at least) the time it waited in
+    ``X-Sluicegate-Queue-Ms`` once it is admitted."""
+    with stack(SHORT_TIMEOUT.replace("0.3}", "5.0}")) as gateway:
+        async with aiohttp.ClientSession() as session:
+            holder = await open_stream(session, gateway.base_url)
+            waiting = asyncio.ensure_future(asyncio.to_thread(_post_small, gateway))
+            queued = await asyncio.to_thread(
+                wait_until, lambda: model_state(gateway.base_url)["queued"] == 1, 2.0
+            )
+            await asyncio.sleep(0.2)
+            holder.close()
+            _, reply = await waiting
+    assert queued
+    assert reply.status == 200
+    assert float(reply.headers["x-sluicegate-queue-ms"]) >= 190.0
+
+
+def test_rate_limit_is_429_with_retry_headers() -> None:
+    """A tenant over ``requests_per_s`` (burst 1) gets 429 ``rate_limit_exceeded`` with
+    ``Retry-After``; the request within the burst was served."""
+    with stack(RATE_LIMITED, environ={"KEY_A": "sk-rate"}) as gateway:
+        _, first = _post_small(gateway, "sk-rate")
+        _, second = _post_small(gateway, "sk-rate")
+    assert first.status == 200
+    assert second.status == 429
+    error = openai_error(second)
+    assert (error["type"], error["code"]) == ("rate_limit_error", "rate_limit_exceeded")
+    assert_retry_headers(second)
