@@ -28,6 +28,7 @@ COMPILED = [
         "policies/priority.py",
         "policies/sjf.py",
         "policies/slack.py",
+        "policies/slack_oracle.py",
         "ratelimit.py",
         "routing/least_inflight.py",
         "runtime.py",

@@ -101,6 +101,71 @@ def demo(
 
 
 @app.command()
+def simulate(
+    config: Annotated[Path | None, typer.Option(help="gateway YAML (with `simulation:`)")] = None,
+    trace: Annotated[Path | None, typer.Option(help="Azure/BurstGPT CSV or JSONL")] = None,
+    poisson_rate: Annotated[float | None, typer.Option("--poisson", help="req/s")] = None,
+    gamma: Annotated[str | None, typer.Option(help="bursty arrivals RATE:CV")] = None,
+    duration: Annotated[float, typer.Option(help="seconds of synthetic load")] = 600.0,
+    window: Annotated[str | None, typer.Option(help="START:DURATION seconds of the trace")] = None,
+    rate_scale: Annotated[float, typer.Option(help="replay at k× the rate")] = 1.0,
+    max_tokens: Annotated[
+        str, typer.Option(help="traces: client max_tokens = exact | pow2 | N (a fixed cap)")
+    ] = "exact",
+    mix: Annotated[
+        str | None, typer.Option(help="share:tenant:lane:priority[:deadline_ms],...")
+    ] = None,
+    policy: Annotated[list[str] | None, typer.Option(help="policy to compare (repeat)")] = None,
+    preset: Annotated[str | None, typer.Option(help="engine preset")] = None,
+    replicas: Annotated[int | None, typer.Option(help="engine replicas")] = None,
+    sweep: Annotated[str | None, typer.Option(help="rate multipliers, e.g. 0.5,1,1.5,2")] = None,
+    out: Annotated[Path, typer.Option(help="output directory")] = Path("sim-out"),
+    seed: Annotated[int, typer.Option(help="seed of workload and engines")] = 0,
+    workers: Annotated[int | None, typer.Option(help="parallel processes")] = None,
+) -> None:
+    """Replay a trace or synthetic load through the real scheduler under a virtual clock."""
+    from sluicegate.sim.command import (
+        DEFAULT_POLICIES,
+        WorkloadOptions,
+        build_workload,
+        default_config,
+        parse_pair,
+    )
+    from sluicegate.sim.run import run_comparison
+
+    try:
+        loaded = load_config(config) if config is not None else default_config()
+        options = WorkloadOptions(
+            trace=trace,
+            poisson_rate=poisson_rate,
+            gamma=parse_pair(gamma, "--gamma") if gamma else None,
+            duration_s=duration,
+            window=parse_pair(window, "--window") if window else None,
+            rate_scale=rate_scale,
+            mix=mix,
+            seed=seed,
+            max_tokens=max_tokens,
+        )
+        requests = build_workload(options)
+        multipliers = [float(k) for k in sweep.split(",")] if sweep else None
+        run_comparison(
+            loaded,
+            requests,
+            list(policy or DEFAULT_POLICIES),
+            out_dir=out,
+            preset=preset,
+            replicas=replicas,
+            seed=seed,
+            sweep=multipliers,
+            console=console,
+            workers=workers,
+        )
+    except (ConfigError, ValueError, KeyError, OSError) as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from None
+
+
+@app.command()
 def plan(
     rate: Annotated[float, typer.Option(help="arrival rate, requests per second")],
     service_s: Annotated[float, typer.Option(help="mean service time per request, seconds")],

@@ -6,8 +6,23 @@ import http.client
 from collections.abc import Iterator
 
 import openai
+import orjson
 import pytest
-from gateway_harness import MODEL, Reply, Stack, http_call, openai_error, stack
+from gateway_harness import (
+    MODEL,
+    Reply,
+    Stack,
+    assert_retry_headers,
+    engine_config,
+    engine_stats,
+    gateway_at,
+    http_call,
+    model_state,
+    openai_error,
+    stack,
+    unused_port,
+    wait_until,
+)
 
 KEY = "sk-canary-4f1d9a7e-errors"
 BODY = """    lanes:
@@ -179,3 +194,88 @@ def test_api_key_never_appears_in_an_error(gateway: Stack) -> None:
         for secret in (KEY, unknown):
             assert secret.encode() not in reply.body, reply
             assert all(secret not in value for value in reply.headers.values()), reply
+
+
+# ------------------------------------------------------------------ upstream failures
+
+LONG_PROMPT = {"model": MODEL, "prompt": "x" * 140_000, "max_tokens": 5}  # > the KV capacity
+HI = {"model": MODEL, "prompt": "hi", "max_tokens": 50, "ignore_eos": True}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
+def test_engine_refusal_is_relayed_with_its_status_and_body(stream: bool) -> None:
+    """An engine's own 4xx (here a prompt beyond its context) reaches the client with the
+    engine's status and error body, streamed request or not."""
+    with stack() as gateway:
+        reply = http_call(
+            gateway.base_url, "POST", "/v1/completions", json={**LONG_PROMPT, "stream": stream}
+        )
+    assert reply.status == 400
+    error = openai_error(reply)
+    assert (error["code"], error["param"]) == ("context_length_exceeded", "prompt")
+
+
+def test_unreachable_engine_is_502_upstream_unavailable() -> None:
+    """A backend nothing listens on (no probes to notice it first) → 502
+    ``upstream_unavailable`` in OpenAI's shape."""
+    with gateway_at([unused_port()], scrape=False) as gateway:
+        reply = http_call(gateway.base_url, "POST", "/v1/completions", json=HI)
+    assert reply.status == 502
+    error = openai_error(reply)
+    assert (error["type"], error["code"]) == ("api_error", "upstream_unavailable")
+
+
+def test_consecutive_upstream_failures_open_the_circuit() -> None:
+    """After ``circuit_failures`` failures in a row the backend's circuit opens and requests
+    get 503 ``no_healthy_backend`` with retry headers instead of another 502."""
+    with gateway_at([unused_port()], "    circuit_failures: 2\n", scrape=False) as gateway:
+        statuses = [
+            http_call(gateway.base_url, "POST", "/v1/completions", json=HI).status for _ in range(2)
+        ]
+        reply = http_call(gateway.base_url, "POST", "/v1/completions", json=HI)
+    assert statuses == [502, 502]
+    assert reply.status == 503
+    assert openai_error(reply)["code"] == "no_healthy_backend"
+    assert_retry_headers(reply)
+
+
+def test_failed_health_probe_refuses_with_503_no_healthy_backend() -> None:
+    """Once the health probe finds the only backend down, requests get 503
+    ``no_healthy_backend`` with retry headers and ``/readyz`` is 503."""
+    body = "server: {scrape_interval_s: 0.1}\n"
+    with gateway_at([unused_port()], body) as gateway:
+        assert wait_until(lambda: http_call(gateway.base_url, "GET", "/readyz").status == 503, 2.0)
+        reply = http_call(gateway.base_url, "POST", "/v1/completions", json=HI)
+    assert reply.status == 503
+    assert openai_error(reply)["code"] == "no_healthy_backend"
+    assert_retry_headers(reply)
+
+
+def test_engine_slower_than_the_read_timeout_is_504_and_aborted() -> None:
+    """A non-streamed answer slower than ``upstream_read_timeout_s`` → 504
+    ``upstream_timeout``; the engine request is aborted and the slot freed."""
+    body = "server: {upstream_read_timeout_s: 0.3}\n"
+    with stack(body, engine=engine_config(base_s=0.05)) as gateway:
+        reply = http_call(gateway.base_url, "POST", "/v1/completions", json=HI)
+        aborted = wait_until(lambda: engine_stats(gateway.engine_url())["aborted_total"] == 1, 1.0)
+        running = model_state(gateway.base_url)["running"]
+    assert reply.status == 504
+    error = openai_error(reply)
+    assert (error["type"], error["code"]) == ("timeout_error", "upstream_timeout")
+    assert aborted
+    assert running == 0
+
+
+def test_stalled_stream_ends_with_an_error_event_and_done() -> None:
+    """A stream whose engine goes silent past the read timeout ends with an OpenAI-shaped
+    ``upstream_error`` event and ``[DONE]``; the engine request is aborted."""
+    body = "server: {upstream_read_timeout_s: 0.2}\n"
+    with stack(body, engine=engine_config(base_s=0.4)) as gateway:
+        reply = http_call(gateway.base_url, "POST", "/v1/completions", json={**HI, "stream": True})
+        aborted = wait_until(lambda: engine_stats(gateway.engine_url())["aborted_total"] == 1, 1.0)
+    events = [line[6:] for line in reply.body.split(b"\n\n") if line.startswith(b"data: ")]
+    assert reply.status == 200
+    assert events[-1] == b"[DONE]"
+    error = orjson.loads(events[-2])["error"]
+    assert (error["code"], error["type"]) == ("upstream_error", "api_error")
+    assert aborted

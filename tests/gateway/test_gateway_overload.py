@@ -9,6 +9,7 @@ import time
 import aiohttp
 import openai
 from gateway_harness import (
+    ADMIN_KEY,
     FAST_PRIORS,
     MODEL,
     Reply,
@@ -33,6 +34,9 @@ SHORT_TIMEOUT = f"""    max_concurrency: 1
 """
 RATE_LIMITED = """tenants:
   - {name: a, api_key_env: KEY_A, requests_per_s: 1, burst_requests: 1}
+"""
+BURST_CAP = 4
+BURST = """    max_concurrency: 4
 """
 SMALL = {"model": MODEL, "prompt": "hi", "max_tokens": 3, "ignore_eos": True}
 
@@ -130,3 +134,56 @@ def test_rate_limit_is_429_with_retry_headers() -> None:
     error = openai_error(second)
     assert (error["type"], error["code"]) == ("rate_limit_error", "rate_limit_exceeded")
     assert_retry_headers(second)
+
+
+async def _stream_tokens(sdk: openai.AsyncOpenAI, tokens: int) -> int:
+    """Stream one ``ignore_eos`` completion to its end; how many text chunks arrived."""
+    stream = await sdk.completions.create(
+        model=MODEL, prompt="burst", max_tokens=tokens, stream=True,
+        extra_body={"ignore_eos": True},
+    )  # fmt: skip
+    async with stream:
+        return len([chunk async for chunk in stream if chunk.choices and chunk.choices[0].text])
+
+
+async def _watch_running(base_url: str, stop: asyncio.Event) -> list[int]:
+    """Sample the gateway's running count for the model until ``stop`` is set."""
+    samples: list[int] = []
+    async with aiohttp.ClientSession() as session:
+        headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        while not stop.is_set():
+            async with session.get(base_url + "/admin/state", headers=headers) as response:
+                state = await response.json()
+            model = next(m for m in state["models"] if m["name"] == MODEL)
+            samples.append(model["running"])
+            samples.extend(lane["running"] for lane in model["lanes"])
+            await asyncio.sleep(0.003)
+    return samples
+
+
+async def test_burst_of_40_streams_never_exceeds_the_model_cap() -> None:
+    """40 concurrent streams through a model capped at 4 in front of two engines: the
+    gateway never shows more than 4 running, no engine ever runs more than 4, every stream
+    completes in full, and afterwards nothing is running or queued anywhere."""
+    with stack(BURST, engines=2) as gateway:
+        stop = asyncio.Event()
+        watcher = asyncio.ensure_future(_watch_running(gateway.base_url, stop))
+        async with openai.AsyncOpenAI(
+            base_url=gateway.base_url + "/v1", api_key="unused", max_retries=0, timeout=30
+        ) as sdk:
+            counts = await asyncio.gather(*(_stream_tokens(sdk, 20) for _ in range(40)))
+        stop.set()
+        samples = await watcher
+        state = model_state(gateway.base_url)
+        engines = [gateway.engine_url(i) for i in range(2)]
+        settled = await asyncio.to_thread(
+            wait_until, lambda: all(engine_stats(url)["running"] == 0 for url in engines), 1.0
+        )
+        stats = [engine_stats(url) for url in engines]
+    assert counts == [20] * 40
+    assert max(samples) == BURST_CAP  # the cap was reached, and never passed
+    assert all(s["max_running_seen"] <= BURST_CAP for s in stats)
+    assert sum(s["admitted_total"] for s in stats) == 40
+    assert (state["running"], state["queued"]) == (0, 0)
+    assert all((lane["running"], lane["queued"]) == (0, 0) for lane in state["lanes"])
+    assert settled

@@ -197,7 +197,10 @@ def test_requeued_requests_run_again_and_complete() -> None:
 def test_engine_batch_never_exceeds_max_num_seqs() -> None:
     """With scheduler caps above the engine's, the engine queues and its batch stays ≤ max."""
     config = dataclasses.replace(TINY, max_num_seqs=4)
-    result = run(spec(lane(max_concurrency=16), cap=16), poisson(40.0, 400, 4), engine=config)
+    workload = poisson(40.0, 400, 4)
+    result = run(
+        spec(lane(max_concurrency=16), cap=16), workload, engine=config, scrape_interval_s=0.05
+    )
     peaks = [max(sample) for sample in result.samples.running]
     assert max(peaks) == 4
     assert max(max(sample) for sample in result.samples.waiting) > 0

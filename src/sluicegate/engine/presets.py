@@ -80,6 +80,19 @@ PRESETS: dict[str, EngineConfig] = {
         per_decode_seq_s=5.0e-5,
         per_kv_token_s=1.0e-8,
     ),
+    # Near-zero compute, not calibrated: 0.2 ms steps and a batch of 256, so a
+    # request of a few tokens costs about its HTTP handling. The overhead
+    # benchmark puts it behind the gateway so that what it measures is the proxy.
+    "instant": EngineConfig(
+        max_num_seqs=256,
+        max_num_batched_tokens=8192,
+        kv_capacity_tokens=65_536 * 16,
+        block_size=16,
+        base_s=0.0002,
+        per_prefill_token_s=1.0e-8,
+        per_decode_seq_s=1.0e-7,
+        per_kv_token_s=0.0,
+    ),
     # The demo's engine, not calibrated: a small, slow replica (16 sequences,
     # ~20 ms decode steps at full batch, ~50 tokens/s per stream) so that a
     # laptop-scale load of tens of requests per second saturates two of them

@@ -2,8 +2,9 @@
 
 ``run_comparison`` is what ``sluicegate simulate`` calls: for each policy it
 sets every lane of the simulated model to that policy, replays the workload
-through ``simulate``, prints tables side by side, and writes ``results.json``,
-``requests-<policy>.csv`` and PNG plots into the output directory.
+through ``simulate`` (runs spread over worker processes), prints tables side
+by side, and writes ``results.json``, ``requests-<policy>.csv`` and PNG plots
+into the output directory.
 """
 
 from __future__ import annotations
@@ -154,7 +155,10 @@ def run_comparison(
         sweep: rate multipliers k: each policy also runs with arrival times / k.
         console: where tables and progress go; ``None`` prints nothing.
         workers: processes to run simulations in parallel; default one per CPU
-            (at most one per run). Results do not depend on it.
+            (at most one per run); 1 runs them in this process. Results do not
+            depend on it. Workers are spawned, so a script that calls this with
+            more than one worker must guard its entry point with
+            ``if __name__ == "__main__":`` (the CLI's entry point does).
 
     Raises:
         ValueError: unknown model or policy, no policies, or a bad multiplier.

@@ -1,10 +1,14 @@
-"""Lane ordering policies, registered by name: fifo, priority, sjf, slack, fair, oracle."""
+"""Lane ordering policies, registered by name.
+
+``fifo``, ``priority``, ``sjf``, ``slack``, ``fair``; and, for simulation, ``oracle``
+(sjf with true output lengths) and ``slack-oracle`` (slack with true lengths).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sluicegate.core.policies import fair, fifo, oracle, priority, sjf, slack
+from sluicegate.core.policies import fair, fifo, oracle, priority, sjf, slack, slack_oracle
 from sluicegate.core.policies.base import POLICIES, KeyedPolicy, Policy
 from sluicegate.core.queues import LaneQueue
 from sluicegate.core.spec import LaneSpec
@@ -21,6 +25,7 @@ __all__ = [
     "priority",
     "sjf",
     "slack",
+    "slack_oracle",
 ]
 
 

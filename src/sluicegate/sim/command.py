@@ -1,0 +1,93 @@
+"""Building the workload of ``sluicegate simulate`` from its command-line options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sluicegate.config import Config, parse_config
+from sluicegate.sim.request import WorkloadRequest
+from sluicegate.sim.workloads import (
+    MaxTokensPolicy,
+    apply_mix,
+    gamma_bursts,
+    load_workload,
+    parse_mix,
+    poisson,
+    scale_rate,
+    window,
+)
+
+DEFAULT_CONFIG = """\
+models:
+  - name: default
+simulation:
+  preset: llama-3.1-8b-h100
+  replicas: 1
+"""
+DEFAULT_POLICIES = ("fifo", "sjf", "oracle", "slack", "slack-oracle")
+
+
+@dataclass(frozen=True)
+class WorkloadOptions:
+    """Where requests come from and how they are reshaped."""
+
+    trace: Path | None = None
+    poisson_rate: float | None = None
+    gamma: tuple[float, float] | None = None
+    duration_s: float = 600.0
+    window: tuple[float, float] | None = None
+    rate_scale: float = 1.0
+    mix: str | None = None
+    seed: int = 0
+    max_tokens: str = "exact"
+
+
+def default_config() -> Config:
+    """One model with the default lanes, the 8B preset, one replica."""
+    return parse_config(DEFAULT_CONFIG, source="<built-in>")
+
+
+def build_workload(options: WorkloadOptions) -> list[WorkloadRequest]:
+    """The workload the options describe; ``ValueError`` with a clear message otherwise."""
+    sources = [
+        options.trace is not None,
+        options.poisson_rate is not None,
+        options.gamma is not None,
+    ]
+    if sum(sources) != 1:
+        raise ValueError("give exactly one of --trace, --poisson RATE or --gamma RATE:CV")
+    if options.trace is not None:
+        requests = load_workload(options.trace, max_tokens=_max_tokens_policy(options.max_tokens))
+    elif options.poisson_rate is not None:
+        requests = poisson(options.poisson_rate, options.duration_s, seed=options.seed)
+    else:
+        assert options.gamma is not None
+        rate, cv = options.gamma
+        requests = gamma_bursts(rate, cv, options.duration_s, seed=options.seed)
+    if options.window is not None:
+        requests = window(requests, *options.window)
+    if options.rate_scale != 1.0:
+        requests = scale_rate(requests, options.rate_scale)
+    if options.mix:
+        requests = apply_mix(requests, parse_mix(options.mix), seed=options.seed)
+    if not requests:
+        raise ValueError("the workload is empty")
+    return requests
+
+
+def _max_tokens_policy(text: str) -> MaxTokensPolicy:
+    if text in ("exact", "pow2"):
+        return "exact" if text == "exact" else "pow2"
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    raise ValueError(f"--max-tokens must be exact, pow2 or a positive integer, got {text!r}")
+
+
+def parse_pair(text: str, name: str) -> tuple[float, float]:
+    """``A:B`` as two floats; ``ValueError`` naming the option otherwise."""
+    try:
+        first, second = (float(part) for part in text.split(":"))
+    except ValueError:
+        raise ValueError(f"{name} must look like A:B (two numbers), got {text!r}") from None
+    return first, second
