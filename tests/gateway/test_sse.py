@@ -102,7 +102,7 @@ def test_overlong_partial_line_is_dropped_as_malformed() -> None:
 
 @settings(deadline=None)
 @given(
-    texts=st.lists(st.text(max_size=12), min_size=1, max_size=12),
+    texts=st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=12),
     usage=st.none() | st.tuples(st.integers(0, 10_000), st.integers(0, 10_000)),
     crlf=st.booleans(),
     cuts=st.lists(st.integers(0, 4096), max_size=40),

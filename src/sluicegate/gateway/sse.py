@@ -14,7 +14,11 @@ MAX_LINE_BYTES = 1 << 20
 
 
 class SseScanner:
-    """Counts content chunks and picks up ``usage`` from an OpenAI SSE stream."""
+    """Counts chunks that carry output and picks up ``usage`` from an OpenAI SSE stream.
+
+    A chunk that only opens the message (``"role"`` with empty content) or only
+    closes it (``finish_reason`` with an empty delta) is not a token.
+    """
 
     __slots__ = (
         "_partial",
@@ -56,9 +60,12 @@ class SseScanner:
             self.done = True
             return
         if (
-            b'"usage"' not in payload
-            and b'"finish_reason":"' not in payload
-            and (b'"error"' not in payload)
+            b'"finish_reason":null' in payload
+            and b'"usage"' not in payload
+            and b'"error"' not in payload
+            and b'"content":""' not in payload
+            and b'"text":""' not in payload
+            and b'"content":null' not in payload
         ):
             self.chunks += 1  # the common case: one content delta, no need to parse it
             return
@@ -74,10 +81,11 @@ class SseScanner:
             self.error = True
             return
         choices = event.get("choices")
-        if isinstance(choices, list) and choices:
-            self.chunks += 1
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
             first = choices[0]
-            if isinstance(first, dict) and isinstance(first.get("finish_reason"), str):
+            if _carries_output(first):
+                self.chunks += 1
+            if isinstance(first.get("finish_reason"), str):
                 self.finish_reason = first["finish_reason"]
         usage = event.get("usage")
         if isinstance(usage, dict):
@@ -86,3 +94,15 @@ class SseScanner:
                 self.prompt_tokens = prompt
             if isinstance(completion, int):
                 self.completion_tokens = completion
+
+
+def _carries_output(choice: dict[str, object]) -> bool:
+    """Whether a streamed choice holds generated output (not just a role or a finish)."""
+    text = choice.get("text")
+    if isinstance(text, str) and text:
+        return True
+    delta = choice.get("delta")
+    if not isinstance(delta, dict):
+        return False
+    content = delta.get("content")
+    return bool(isinstance(content, str) and content) or bool(delta.get("tool_calls"))
