@@ -41,6 +41,8 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_core.py --write docs/BENCHMARKS.md
+	$(BIN)/python benchmarks/bench_sim.py --write docs/BENCHMARKS.md
+	$(BIN)/python benchmarks/bench_overhead.py --quick --write docs/BENCHMARKS.md
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache .hypothesis demo-out sim-out

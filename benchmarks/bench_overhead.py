@@ -15,13 +15,17 @@ the proxy − same percentile direct; the paired figure is the median over i of
 (proxy_i − direct_i). The streaming run does the same for time to first token.
 
 Throughput: per target, open-loop steps at a doubling rate, then ``--refine``
-geometric bisections between the last pass and the first failure. A step passes
-when completions keep pace (≥ 95% of the offered rate), p99 < ``--p99-limit-ms``
-and nothing failed. The generator is a lean aiohttp loop (one pre-encoded body,
-no per-request parsing): on a 2-core machine ``run_load`` ran out of CPU below
-the gateway's ceiling (compare with ``--generator run_load``). Each step records
-the generator's launch lag and the CPU share of the client, proxy and engine, so
-a ceiling set by the generator (launch rate < 95% of offered) is called out.
+geometric bisections between the last pass and the first failure; the targets
+take turns step by step. A step passes when completions keep pace (≥ 95% of the
+offered rate), p99 < ``--p99-limit-ms`` and nothing failed. Each step records the
+generator's launch lag and the CPU used by the client, the proxy, the engine and
+every other process on the machine: a step failed while others were busy is
+retried once, a ceiling set by the generator (launch rate < 95% of offered) is
+called out, and the proxy's CPU µs per request gives a second, load-independent
+estimate of its one-core ceiling. The generator is a lean aiohttp loop on uvloop
+(one pre-encoded body, no parsing): on the 2-core machine it cost ~390 client CPU
+µs per request at 1,200/s against ~470 for ``run_load`` on the stdlib loop, CPU the
+client otherwise takes from the proxy it measures (``--generator run_load`` to compare).
 
     python benchmarks/bench_overhead.py [--quick] [--write docs/BENCHMARKS.md]
 """
@@ -38,6 +42,7 @@ import random
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,9 +190,13 @@ def _ms(values: Sequence[float], q: float) -> float:
 
 
 def latency_table(
-    title: str, results: dict[str, LoadResult], measure: Callable[[RequestRecord], float | None]
+    title: str,
+    results: dict[str, LoadResult],
+    measure: Callable[[RequestRecord], float | None],
+    cpu_us: dict[str, float],
 ) -> tuple[Grid, dict[str, float]]:
-    """Per-target percentiles, added latency vs direct, and the paired median difference.
+    """Per-target percentiles, added latency vs direct, the paired median difference, and
+    the CPU µs each request cost the proxy (``cpu_us``, by target).
 
     Returns the table and the sluicegate − direct deltas keyed ``p50`` and ``p99`` (ms).
     """
@@ -198,7 +207,7 @@ def latency_table(
     base = values["direct"]
     headers = cells(
         "target|ok|errors|p50 ms|p90 ms|p99 ms|added p50|added p90|added p99|"
-        "paired median|lag p99 ms"
+        "paired median|lag p99 ms|proxy CPU µs/req"
     )
     rows, deltas = [], {}
     for name, res in results.items():
@@ -211,7 +220,8 @@ def latency_table(
             row += ["—"] * 4
         else:
             row += [f"{a:+.2f}" for a in added] + [f"{_ms(paired, 50):+.2f}"]
-        rows.append([*row, f"{res.launch_lag_p99_s * 1000:.2f}"])
+        lag = f"{res.launch_lag_p99_s * 1000:.2f}"
+        rows.append([*row, lag, _us(cpu_us.get(name, math.nan))])
         if name == "sluicegate":
             deltas = {"p50": added[0], "p99": added[2]}
     return (title, headers, rows), deltas
@@ -231,7 +241,7 @@ class Step:
         launched: rate the generator actually launched at.
         achieved: rate completions came back at, ``(n_ok − 1) / span of their end times``.
         p99_ms: 99th-percentile latency of the step's successful requests.
-        errors: requests that failed or timed out.
+        errors: failed requests by kind (HTTP status or exception class).
         lag_p99_ms: the generator's launch-lag p99.
         cpu_s: role → CPU seconds used during the step (client, proxy, engine, machine).
         wall_s: the step's wall time, until its last response.
@@ -244,7 +254,7 @@ class Step:
     launched: float
     achieved: float
     p99_ms: float
-    errors: int
+    errors: Counter[str]
     lag_p99_ms: float
     cpu_s: dict[str, float]
     wall_s: float
@@ -270,8 +280,9 @@ class Step:
         return self.launched < KEEP_PACE * self.offered
 
 
-Sample = tuple[float, float, float, bool]
-"""(scheduled start, launch lag, latency, ok) of one request, seconds from the step's start."""
+Sample = tuple[float, float, float, str]
+"""(scheduled start, launch lag, latency, error) of one request, seconds from the step's start;
+the error is ``""`` for a 200, else the status or the exception's class name."""
 
 
 async def _lean(
@@ -283,14 +294,13 @@ async def _lean(
 
     async def one(at: float, start: float) -> None:
         launched = clock()
-        ok = False
         try:
             async with session.post(url, data=body, headers=headers) as response:
                 await response.read()
-                ok = response.status == 200
-        except (aiohttp.ClientError, OSError, TimeoutError):
-            pass
-        samples.append((at, launched - start - at, clock() - launched, ok))
+                error = "" if response.status == 200 else f"HTTP {response.status}"
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            error = type(exc).__name__
+        samples.append((at, launched - start - at, clock() - launched, error))
 
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -309,7 +319,10 @@ async def _with_run_load(url: str, n: int, rate: float, timeout_s: float) -> lis
     schedule = [WorkloadRequest(i / rate, PROMPT_TOKENS, 2, 2) for i in range(n)]
     options: dict[str, Any] = {"model": MODEL, "api_keys": {}, "timeout_s": timeout_s}
     result = await run_load(schedule, base_url=url, stream=False, **options)
-    return [(r.scheduled_s, r.launch_lag_s, r.e2e_s, r.ok) for r in result.records]
+    return [
+        (r.scheduled_s, r.launch_lag_s, r.e2e_s, r.error or ("" if r.ok else f"HTTP {r.status}"))
+        for r in result.records
+    ]
 
 
 async def step(
@@ -331,14 +344,14 @@ async def step(
     wall = time.monotonic() - wall
     after = cpu_seconds(pids)
     cpu_s = {role: after[role] - before[role] for role in after if role in before}
-    ok = [s for s in samples if s[3]]
+    ok = [s for s in samples if not s[3]]
     ends = sorted(s[0] + s[1] + s[2] for s in ok)
     launches = sorted(s[0] + s[1] for s in samples)
     achieved = (len(ends) - 1) / (ends[-1] - ends[0]) if len(ends) > 1 else 0.0
     launched = (len(launches) - 1) / max(launches[-1] - launches[0], 1e-9)
     p99 = _ms([s[2] for s in ok], 99)
-    errors = len(samples) - len(ok)
-    passed = errors == 0 and achieved >= KEEP_PACE * rate and p99 < args.p99_limit_ms
+    errors = Counter(s[3] for s in samples if s[3])
+    passed = not errors and achieved >= KEEP_PACE * rate and p99 < args.p99_limit_ms
     lag = _ms([s[1] for s in samples], 99)
     return Step(target, n, rate, launched, achieved, p99, errors, lag, cpu_s, wall, passed)
 
@@ -406,7 +419,7 @@ def _step_line(s: Step) -> str:
     verdict = "[green]pass[/green]" if s.passed else "[red]fail[/red]"
     return (
         f"  {s.target:<12} {s.offered:7.0f}/s  launched {s.launched:7.0f}  achieved "
-        f"{s.achieved:7.0f}  p99 {s.p99_ms:7.1f} ms  errors {s.errors:4d}  "
+        f"{s.achieved:7.0f}  p99 {s.p99_ms:7.1f} ms  errors {_errors(s.errors)}  "
         f"lag p99 {s.lag_p99_ms:6.1f} ms  {verdict}"
     )
 
@@ -421,20 +434,23 @@ STEP_HEADERS = (
 )
 
 
+def _step_row(s: Step) -> list[str]:
+    rates = [f"{s.offered:.0f}", f"{s.launched:.0f}", f"{s.achieved:.0f}", f"{s.p99_ms:.1f}"]
+    cpu = [_pct(s.share("client")), _pct(s.share(s.target)), _us(s.us_per_request(s.target))]
+    cpu += [_pct(s.share("engine")), _pct(s.others)]
+    verdict = "yes" if s.passed else "NO"
+    return [s.target, *rates, _errors(s.errors), f"{s.lag_p99_ms:.1f}", *cpu, verdict]
+
+
 def steps_grid(steps: dict[str, list[Step]]) -> Grid:
     """Every saturation step, per target in the order tried."""
-    rows = [
-        cells(
-            f"{s.target}|{s.offered:.0f}|{s.launched:.0f}|{s.achieved:.0f}|{s.p99_ms:.1f}|"
-            f"{s.errors}|{s.lag_p99_ms:.1f}|{_pct(s.share('client'))}|{_pct(s.share(s.target))}|"
-            f"{_us(s.us_per_request(s.target))}|{_pct(s.share('engine'))}|{_pct(s.others)}|"
-            + ("yes" if s.passed else "NO")
-        )
-        for name in TARGETS
-        for s in steps[name]
-    ]
+    rows = [_step_row(s) for name in TARGETS for s in steps[name]]
     title = "Saturation steps (CPU: % of one core; others: every process not ours)"
     return title, cells(STEP_HEADERS), rows
+
+
+def _errors(errors: Counter[str]) -> str:
+    return ", ".join(f"{n} {kind}" for kind, n in errors.most_common()) or "0"
 
 
 def _us(value: float) -> str:
@@ -447,12 +463,12 @@ def limiter(steps: list[Step], ceiling: float) -> str:
     if not failed:
         return "not reached (rate cap)"
     first = min(failed, key=lambda s: s.offered)
-    if first.generator_bound:
-        return f"generator (launched {first.launched:.0f}/s of {first.offered:.0f}/s)"
     busy = first.share("machine") / (os.cpu_count() or 1)
     ours = {role: first.share(role) for role in first.cpu_s if role != "machine"}
     top = max(ours, key=ours.__getitem__)
     where = "machine CPU" if busy >= 0.9 else "target"
+    if first.generator_bound:
+        where = f"generator, launched {first.launched:.0f}/s"
     return f"{where} at {first.offered:.0f}/s (machine {busy:.0%} busy, {top} {ours[top]:.0%})"
 
 
@@ -589,13 +605,25 @@ async def latencies(
             urls, latency_schedule(args.requests, args.seed), args.rate, stream=False
         )
         after, wall = cpu_seconds(pids), time.monotonic() - wall
+    used = {role: after[role] - before[role] for role in after if role in before}
+    plain_us = {name: used[name] / args.requests * 1e6 for name in TARGETS if name in used}
     with console.status(f"streaming: {args.stream_requests} requests per target…"):
+        before = cpu_seconds(pids)
         streamed = await interleaved(
             urls, latency_schedule(args.stream_requests, args.seed + 1), args.rate, stream=True
         )
-    e2e, deltas = latency_table("End-to-end latency, non-streaming", plain, lambda r: r.e2e_s)
-    ttft, _ = latency_table("Time to first token, streaming", streamed, lambda r: r.ttft_s)
-    used = {role: after[role] - before[role] for role in after if role in before}
+        after = cpu_seconds(pids)
+    stream_us = {
+        name: (after[name] - before[name]) / args.stream_requests * 1e6
+        for name in TARGETS
+        if name in after and name in before
+    }
+    e2e, deltas = latency_table(
+        "End-to-end latency, non-streaming", plain, lambda r: r.e2e_s, plain_us
+    )
+    ttft, _ = latency_table(
+        "Time to first token, streaming", streamed, lambda r: r.ttft_s, stream_us
+    )
     ours = sum(v for role, v in used.items() if role != "machine")
     deltas["others"] = max(0.0, used.get("machine", ours) - ours) / wall
     return [e2e, ttft], deltas
@@ -639,7 +667,7 @@ def _fast_loop() -> asyncio.AbstractEventLoop:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark, print the tables and bars, optionally write them into Markdown."""
     args = _arguments(argv)
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 200)
     with tempfile.TemporaryDirectory(prefix="sluicegate-overhead-") as tmp:
         log_dir = Path(tmp)
         with children(log_dir) as group:

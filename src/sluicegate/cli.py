@@ -166,6 +166,62 @@ def simulate(
 
 
 @app.command()
+def bench(
+    url: Annotated[str, typer.Option(help="base URL of the server (gateway or engine)")],
+    model: Annotated[str, typer.Option(help="model name to request")],
+    trace: Annotated[Path | None, typer.Option(help="Azure/BurstGPT CSV or JSONL")] = None,
+    poisson_rate: Annotated[float | None, typer.Option("--poisson", help="req/s")] = None,
+    gamma: Annotated[str | None, typer.Option(help="bursty arrivals RATE:CV")] = None,
+    duration: Annotated[float, typer.Option(help="seconds of synthetic load")] = 60.0,
+    window: Annotated[str | None, typer.Option(help="START:DURATION seconds of the trace")] = None,
+    rate_scale: Annotated[float, typer.Option(help="replay at k× the rate")] = 1.0,
+    mix: Annotated[
+        str | None, typer.Option(help="share:tenant:lane:priority[:deadline_ms],...")
+    ] = None,
+    key: Annotated[list[str] | None, typer.Option(help="TENANT=API_KEY (repeat)")] = None,
+    slo: Annotated[list[str] | None, typer.Option(help="LANE=MS end-to-end SLO")] = None,
+    stream: Annotated[bool, typer.Option(help="streaming requests")] = True,
+    ignore_eos: Annotated[bool, typer.Option(help="generate exactly max_tokens")] = True,
+    timeout: Annotated[float, typer.Option(help="per-request timeout, s")] = 120.0,
+    out: Annotated[Path | None, typer.Option(help="per-request CSV")] = None,
+    compare_to: Annotated[Path | None, typer.Option("--compare", help="baseline CSV")] = None,
+    seed: Annotated[int, typer.Option(help="workload seed")] = 0,
+) -> None:
+    """Open-loop load: arrivals on a schedule, independent of responses."""
+    from sluicegate.bench.command import BenchOptions, parse_assignments, run_bench
+    from sluicegate.sim.command import WorkloadOptions, build_workload, parse_pair
+
+    try:
+        schedule = build_workload(
+            WorkloadOptions(
+                trace=trace,
+                poisson_rate=poisson_rate,
+                gamma=parse_pair(gamma, "--gamma") if gamma else None,
+                duration_s=duration,
+                window=parse_pair(window, "--window") if window else None,
+                rate_scale=rate_scale,
+                mix=mix,
+                seed=seed,
+            )
+        )
+        options = BenchOptions(
+            url=url,
+            model=model,
+            keys=parse_assignments(key or [], "--key"),
+            stream=stream,
+            ignore_eos=ignore_eos,
+            timeout_s=timeout,
+            slo_ms={k: float(v) for k, v in parse_assignments(slo or [], "--slo").items()},
+            out=out,
+            compare_to=compare_to,
+        )
+    except (ValueError, OSError) as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from None
+    raise typer.Exit(run_bench(schedule, options, console))
+
+
+@app.command()
 def plan(
     rate: Annotated[float, typer.Option(help="arrival rate, requests per second")],
     service_s: Annotated[float, typer.Option(help="mean service time per request, seconds")],

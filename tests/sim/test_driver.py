@@ -372,3 +372,55 @@ def test_oracle_mean_latency_is_no_worse_than_sjf() -> None:
     assert mean["sjf"] is not None
     assert mean["oracle"] is not None
     assert mean["oracle"] < mean["sjf"]
+
+
+# ---------------------------------------------------------------- decode runs
+
+
+def step_by_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every engine refuse decode runs, so the driver posts one event per step."""
+    monkeypatch.setattr(Engine, "plan_decode", lambda self, max_steps: None)
+
+
+def same_result(first: SimResult, second: SimResult) -> None:
+    """Records, samples, busy and slot times and step counts all agree exactly."""
+    assert first.records == second.records
+    assert first.samples == second.samples
+    assert (first.busy_s, first.slot_s) == (second.busy_s, second.slot_s)
+    assert (first.engine_steps, first.end_s) == (second.engine_steps, second.end_s)
+    assert first == second
+
+
+def test_decode_runs_are_used_and_change_nothing_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Skipping pure-decode step events (with preemptions, expiries, ties and scrapes cutting
+    runs short on three replicas) gives exactly the step-by-step result."""
+    base, workload = mixed_trouble()
+    together = [WorkloadRequest(2.0, 50, 30, 30, lane="main") for _ in range(6)]
+    workload = sorted(workload + together, key=lambda w: w.arrival_s)
+    advanced: list[int] = []
+    advance = Engine.advance_decode
+
+    def counting(self: Engine, run: Any, steps: int, now: float) -> None:
+        advanced.append(steps)
+        advance(self, run, steps, now)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Engine, "advance_decode", counting)
+        fast = run(base, workload, replicas=3, scrape_interval_s=0.1)
+    assert max(advanced) > 1
+    step_by_step(monkeypatch)
+    same_result(fast, run(base, workload, replicas=3, scrape_interval_s=0.1))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(request_strategy, max_size=30), st.integers(1, 3))
+def test_any_workload_gives_the_same_result_with_and_without_decode_runs(
+    workload: list[WorkloadRequest], replicas: int
+) -> None:
+    """Decode runs are invisible in every simulation result."""
+    base, _ = mixed_trouble()
+    fast = run(base, workload, replicas=replicas, scrape_interval_s=0.2)
+    with pytest.MonkeyPatch.context() as patch:
+        step_by_step(patch)
+        slow = run(base, workload, replicas=replicas, scrape_interval_s=0.2)
+    same_result(fast, slow)

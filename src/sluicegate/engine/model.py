@@ -27,76 +27,24 @@ step, then one per solo decode step, so its service time is exactly
 of any request. A request starts at ``max(arrival, time its server became
 free)`` even if ``step`` is called later, so queueing and service times are
 exact; an event that falls before the call that discovers it is reported late,
-at that call.
+at that call (see ``servers``).
+
+A simulator may skip the events of pure-decode steps: ``plan_decode`` says
+which steps come next while nothing waits and nobody finishes, and
+``advance_decode`` applies them (see ``decode``).
 """
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
-from dataclasses import dataclass
 
 from sluicegate.engine.config import EngineConfig
+from sluicegate.engine.decode import DecodeRun, apply_run, plan_run
 from sluicegate.engine.lengths import DEFAULT_LENGTH_MODEL, OutputLengthModel, resolve_output_tokens
+from sluicegate.engine.servers import IndependentServers
+from sluicegate.engine.step import SeqState, StepOutput, StepResult
 
-
-@dataclass(frozen=True, slots=True)
-class StepResult:
-    """What one engine step produced; the driver applies it at ``now + duration_s``.
-
-    Attributes:
-        duration_s: how long the step takes.
-        tokens: tokens emitted this step per request (absent means none).
-        first_token: requests whose first token is among ``tokens``.
-        finished: requests that emitted their last token; they are gone from the engine.
-        preempted: requests preempted (recompute) this step; they are waiting again.
-        prefill_tokens: prompt (or recomputed) tokens processed in the step.
-        decode_seqs: sequences that decoded one token in the step.
-    """
-
-    duration_s: float
-    tokens: dict[str, int]
-    first_token: list[str]
-    finished: list[str]
-    preempted: list[str]
-    prefill_tokens: int = 0
-    decode_seqs: int = 0
-
-
-class _Seq:
-    """One request inside the engine. ``total`` = prompt + generated tokens."""
-
-    __slots__ = ("arrival", "blocks", "capacity", "computed", "done", "generated", "order",
-                 "prefill_end", "prompt_tokens", "req_id", "target", "total")  # fmt: skip
-
-    def __init__(self, req_id: str, prompt_tokens: int, target: int, arrival: float, order: int):
-        self.req_id = req_id
-        self.prompt_tokens = prompt_tokens
-        self.target = target
-        self.arrival = arrival
-        self.order = order
-        self.total = self.prefill_end = prompt_tokens
-        self.generated = self.computed = self.blocks = self.capacity = 0
-        self.done = False
-
-
-class _StepOut:
-    """Mutable accumulator for one step's outputs."""
-
-    __slots__ = ("decode", "finished", "first", "kv", "preempted", "prefill", "released", "tokens")
-
-    def __init__(self) -> None:
-        self.tokens: dict[str, int] = {}
-        self.first: list[str] = []
-        self.finished: list[str] = []
-        self.preempted: list[str] = []
-        self.prefill = self.decode = self.kv = self.released = 0
-
-    def result(self, duration_s: float) -> StepResult:
-        return StepResult(
-            duration_s, self.tokens, self.first, self.finished, self.preempted,
-            self.prefill, self.decode,
-        )  # fmt: skip
+__all__ = ["DecodeRun", "Engine", "StepResult"]
 
 
 class Engine:
@@ -121,19 +69,17 @@ class Engine:
         self._config = config
         self._seed = seed
         self._length_model = length_model
-        self._seqs: dict[str, _Seq] = {}
-        self._waiting: deque[_Seq] = deque()
-        self._running: list[_Seq] = []
+        self._seqs: dict[str, SeqState] = {}
+        self._waiting: deque[SeqState] = deque()
+        self._running: list[SeqState] = []
         self._num_blocks = config.num_blocks
         self._free_blocks = self._num_blocks
         self._order = 0
         self._preemptions = 0
         self._generation_tokens = 0
         self._now = float("-inf")
-        # batch_independent mode: per-server free-since times and a token-event heap.
-        self._free_since: list[float] = [float("-inf")] * config.max_num_seqs
-        self._events: list[tuple[float, int, _Seq]] = []
-        self._indep_running = 0
+        self._version = 0  # bumped by every change, so a stale DecodeRun is refused
+        self._servers = IndependentServers(config) if config.batch_independent else None
 
     @property
     def config(self) -> EngineConfig:
@@ -143,8 +89,8 @@ class Engine:
     @property
     def num_requests_running(self) -> int:
         """Requests in the running batch (vLLM ``vllm:num_requests_running``)."""
-        if self._config.batch_independent:
-            return self._indep_running
+        if self._servers is not None:
+            return self._servers.running
         return len(self._running)
 
     @property
@@ -219,12 +165,13 @@ class Engine:
             req_id, prompt_tokens, max_tokens, output_tokens=output_tokens, ignore_eos=ignore_eos
         )
         self._order += 1
-        seq = _Seq(req_id, prompt_tokens, target, now, self._order)
+        self._version += 1
+        seq = SeqState(req_id, prompt_tokens, target, now, self._order)
         self._seqs[req_id] = seq
         self._waiting.append(seq)
         self._now = max(self._now, now)
-        if self._config.batch_independent:
-            self._start_waiting()
+        if self._servers is not None:
+            self._free_blocks -= self._servers.start_waiting(self._waiting)
 
     def abort(self, req_id: str, *, now: float | None = None) -> bool:
         """Remove a waiting or running request and free its KV at once.
@@ -241,6 +188,7 @@ class Engine:
         if seq is None:
             return False
         seq.done = True
+        self._version += 1
         if now is not None:
             self._now = max(self._now, now)
         if seq.blocks == 0:  # only waiting requests hold no KV
@@ -248,10 +196,9 @@ class Engine:
             return True
         self._free_blocks += seq.blocks
         seq.blocks = 0
-        if self._config.batch_independent:
-            self._indep_running -= 1
-            heapq.heappush(self._free_since, self._now)
-            self._start_waiting()
+        if self._servers is not None:
+            self._servers.release(self._now)
+            self._free_blocks -= self._servers.start_waiting(self._waiting)
         else:
             self._running.remove(seq)
         return True
@@ -259,11 +206,12 @@ class Engine:
     def step(self, now: float) -> StepResult | None:
         """Run one iteration starting at ``now``; ``None`` when there is nothing to do."""
         self._now = max(self._now, now)
-        if self._config.batch_independent:
-            return self._step_independent(now)
+        self._version += 1
+        if self._servers is not None:
+            return self._step_independent(now, self._servers)
         if not self._running and not self._waiting:
             return None
-        out = _StepOut()
+        out = StepOutput()
         budget = self._schedule_running(out, self._config.max_num_batched_tokens)
         if not out.preempted:
             self._admit_waiting(out, budget)
@@ -275,7 +223,7 @@ class Engine:
         self._generation_tokens += len(out.tokens)
         return out.result(self._config.step_s(out.prefill, out.decode, out.kv))
 
-    def _schedule_running(self, out: _StepOut, budget: int) -> int:
+    def _schedule_running(self, out: StepOutput, budget: int) -> int:
         """Step 1: advance running sequences in admission order; returns the budget left.
 
         This loop is the simulator's hot path, hence the inlined decode token.
@@ -315,7 +263,7 @@ class Engine:
         out.kv += kv
         return budget
 
-    def _grow(self, seq: _Seq, new: int, out: _StepOut) -> bool:
+    def _grow(self, seq: SeqState, new: int, out: StepOutput) -> bool:
         """Give ``seq`` the blocks for ``new`` tokens, preempting the newest if KV is short.
 
         Returns:
@@ -330,7 +278,7 @@ class Engine:
         seq.capacity = seq.blocks * bs
         return True
 
-    def _preempt_until(self, seq: _Seq, need: int, out: _StepOut) -> bool:
+    def _preempt_until(self, seq: SeqState, need: int, out: StepOutput) -> bool:
         """Preempt the newest running sequences until ``seq`` gets ``need`` free blocks.
 
         Returns:
@@ -348,7 +296,7 @@ class Engine:
                 return False
         return True
 
-    def _admit_waiting(self, out: _StepOut, budget: int) -> None:
+    def _admit_waiting(self, out: StepOutput, budget: int) -> None:
         """Step 2: admit waiting requests FCFS while slots, budget and KV allow."""
         cfg = self._config
         waiting = self._waiting
@@ -378,7 +326,7 @@ class Engine:
             if n == seq.total:
                 self._emit(seq, out)
 
-    def _emit(self, seq: _Seq, out: _StepOut) -> None:
+    def _emit(self, seq: SeqState, out: StepOutput) -> None:
         """The sequence computed its last known token: it samples the next one."""
         generated = seq.generated + 1
         seq.generated = generated
@@ -394,55 +342,49 @@ class Engine:
             seq.done = True
             del self._seqs[req_id]
 
-    # --- batch_independent mode -------------------------------------------------
+    def plan_decode(self, max_steps: int) -> DecodeRun | None:
+        """The next pure-decode steps, up to ``max_steps``, without running them.
 
-    def _start_waiting(self) -> None:
-        """Start waiting requests FCFS on free servers, at ``max(arrival, free since)``."""
-        cfg = self._config
-        bs = cfg.block_size
-        while self._waiting and self._free_since:
-            seq = self._waiting.popleft()
-            start = max(seq.arrival, heapq.heappop(self._free_since))
-            p = seq.prompt_tokens
-            seq.blocks = (p + bs - 1) // bs
-            self._free_blocks -= seq.blocks
-            self._indep_running += 1
-            heapq.heappush(self._events, (start + cfg.step_s(p, 0, p), seq.order, seq))
+        A run exists while nothing waits, every running sequence decodes, and
+        KV suffices; it stops before the first step that would finish a
+        request. Its durations and tokens are those ``step`` would give.
 
-    def _step_independent(self, now: float) -> StepResult | None:
-        """Advance to the next token event (or report overdue ones at ``now``)."""
-        events = self._events
-        while events and events[0][2].done:
-            heapq.heappop(events)
-        if not events:
+        Returns:
+            The run (at least one step), or ``None`` when the next step is not
+            such a step (or in ``batch_independent`` mode): call ``step``.
+        """
+        if self._waiting or self._servers is not None:
             return None
-        when = max(events[0][0], now)
-        out = _StepOut()
-        while events and events[0][0] <= when:
-            at, order, seq = heapq.heappop(events)
-            if seq.done:
-                continue
-            self._independent_token(at, order, seq, out)
-        self._free_blocks += out.released
-        self._start_waiting()
+        return plan_run(self._running, self._config, self._free_blocks, max_steps, self._version)
+
+    def advance_decode(self, run: DecodeRun, steps: int, now: float) -> None:
+        """Apply the first ``steps`` steps of ``run``, exactly as that many ``step`` calls.
+
+        Args:
+            run: planned by ``plan_decode`` with no change to the engine since.
+            steps: how many, from 1 to ``run.steps``.
+            now: when the last of them starts.
+
+        Raises:
+            ValueError: the engine changed since ``run`` was planned, or ``steps`` is out of range.
+        """
+        if run.version != self._version:
+            raise ValueError("the engine changed since this decode run was planned")
+        if not 1 <= steps <= run.steps:
+            raise ValueError(f"steps must be in [1, {run.steps}], got {steps}")
+        self._version += 1
+        self._free_blocks -= apply_run(self._running, self._config.block_size, steps)
+        self._generation_tokens += steps * len(self._running)
+        self._now = max(self._now, now)
+
+    def _step_independent(self, now: float, servers: IndependentServers) -> StepResult | None:
+        """Advance to the next token event (or report overdue ones at ``now``)."""
+        out = StepOutput()
+        advanced = servers.advance(now, out, self._emit)
+        if advanced is None:
+            return None
+        when, grown = advanced
+        self._free_blocks += out.released - grown
+        self._free_blocks -= servers.start_waiting(self._waiting)
         self._generation_tokens += len(out.tokens)
         return out.result(when - now)
-
-    def _independent_token(self, at: float, order: int, seq: _Seq, out: _StepOut) -> None:
-        """Emit one token of ``seq`` due at ``at`` and schedule its next one."""
-        cfg = self._config
-        context = seq.total
-        if seq.generated == 0:
-            out.prefill += context
-        else:
-            out.decode += 1
-        out.kv += context
-        self._emit(seq, out)
-        if seq.done:
-            self._indep_running -= 1
-            heapq.heappush(self._free_since, at)
-            return
-        grown = (seq.total + cfg.block_size - 1) // cfg.block_size - seq.blocks
-        seq.blocks += grown
-        self._free_blocks -= grown
-        heapq.heappush(self._events, (at + cfg.step_s(0, 1, seq.total), order, seq))

@@ -24,6 +24,17 @@ what makes the Erlang C checks exact.
 
 A request whose ``prompt + max_tokens`` the engine could never hold is never
 submitted (a gateway answers it 400 at once); its outcome is ``too_large``.
+
+Decode runs: most steps of a continuous-batching replica are pure decodes
+that change nothing outside it. When ``Engine.plan_decode`` offers a run of
+them (at most up to the next progress report), the replica posts one event for
+the end of the run instead of one per step, and applies the run's steps when
+that event comes. Anything that touches the replica earlier (an admission, a
+preemption, a scrape) first applies the steps that would have started by then
+(``_sync``) and re-posts the one in flight, so every outcome, time and sample
+is the same as stepping one event at a time. Heap items carry the time they
+were posted, as step-by-step stepping would have posted them, so ties break
+the same way.
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Iterable
+from itertools import accumulate
 
 from sluicegate.core.decisions import (
     Admit,
@@ -47,7 +59,7 @@ from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.spec import BackendSpec, SchedulerSpec
 from sluicegate.core.ticket import BackendStats, Outcome, Ticket, TicketId, Usage
 from sluicegate.engine.config import EngineConfig
-from sluicegate.engine.model import Engine, StepResult
+from sluicegate.engine.model import DecodeRun, Engine, StepResult
 from sluicegate.sim.metrics import (
     COMPLETED,
     PREEMPTED,
@@ -67,7 +79,8 @@ PROGRESS_EVERY_STEPS = 16
 _EXPIRED = Outcome.EXPIRED.value
 _TICK_GUARD_S = 1e-6
 
-HeapItem = tuple[float, int, int, int]
+HeapItem = tuple[float, int, float, int, int]
+"""``(time, kind, time posted, sequence, replica index)``."""
 
 
 def with_replicas(spec: SchedulerSpec, model: str, replicas: int) -> SchedulerSpec:
@@ -98,6 +111,27 @@ def with_replicas(spec: SchedulerSpec, model: str, replicas: int) -> SchedulerSp
     return spec.model_copy(update={"models": tuple(models)})
 
 
+class DecodeSpan:
+    """A decode run a replica is in: its steps start at ``times[0 … n−1]``, the last ends
+    at ``times[n]``.
+
+    Attributes:
+        run: the engine's plan; none of its steps is applied to the engine yet.
+        times: step boundaries, chained as step-by-step driving would: ``t + duration``.
+        seq: heap sequence number of the event at ``times[n]``.
+        inline: whether step 0 was started by the run loop's inline path (which
+            accounts busy time as ``duration``) rather than ``start_step``.
+    """
+
+    __slots__ = ("inline", "run", "seq", "times")
+
+    def __init__(self, run: DecodeRun, times: list[float], seq: int, inline: bool) -> None:
+        self.run = run
+        self.times = times
+        self.seq = seq
+        self.inline = inline
+
+
 class Replica:
     """One engine replica and the driver's bookkeeping around it.
 
@@ -106,10 +140,11 @@ class Replica:
         running: requests on the engine (waiting or running), by engine id.
         busy_s: time with a step in flight (the union, when steps overlap).
         slot_s: ∫ running-batch size dt over the same time.
+        span: the decode run in progress, if any (its steps are not on the engine yet).
     """
 
     __slots__ = ("busy_s", "busy_until", "engine", "independent", "index", "inflight", "name",
-                 "running", "slot_s", "steps", "touched", "waking")  # fmt: skip
+                 "running", "slot_s", "span", "steps", "touched", "waking")  # fmt: skip
 
     def __init__(self, index: int, name: str, config: EngineConfig, seed: int) -> None:
         self.index = index
@@ -123,6 +158,7 @@ class Replica:
         self.steps = 0
         self.touched = False
         self.waking = False
+        self.span: DecodeSpan | None = None
 
     def start_step(self, now: float) -> StepResult | None:
         """Run ``engine.step(now)`` and account its busy time; ``None`` when idle."""
@@ -172,6 +208,40 @@ class Replica:
         self.engine.abort(eid, now=now)
         del self.running[eid]
         return produced - pending
+
+    def commit(self, steps: int) -> None:
+        """Apply the first ``steps`` steps of the span to the engine and end the span.
+
+        Busy and slot time accrue per step, as ``start_step`` (step 0 unless
+        ``inline``) and the run loop's inline path would have added them; the
+        completions of all but the last step count as processed.
+        """
+        span = self.span
+        assert span is not None
+        self.span = None
+        run = span.run
+        times = span.times
+        self.engine.advance_decode(run, steps, times[steps - 1])
+        durations = run.durations_s
+        batch = len(run.req_ids)
+        busy = self.busy_s
+        slot = self.slot_s
+        first = 0
+        if not span.inline:
+            first = 1
+            now = times[0]
+            end = now + durations[0]
+            if end > self.busy_until:
+                gained = end - max(now, self.busy_until)
+                busy += gained
+                slot += gained * batch
+        for duration in durations[first:steps]:
+            busy += duration
+            slot += duration * batch
+        self.busy_s = busy
+        self.slot_s = slot
+        self.busy_until = times[steps]
+        self.steps += steps - 1
 
 
 def simulate(
@@ -244,6 +314,7 @@ class _Simulation:
         self.seq = 0
         self.touched: list[Replica] = []
         self.tick_seq = -1
+        self.event: HeapItem = (0.0, _ARRIVAL, 0.0, 0, 0)
         self.tick_at: float | None = None
         self.last_tick = float("-inf")
         self.samples = SampleLog(list(self.lanes))
@@ -257,8 +328,9 @@ class _Simulation:
     def run(self, interval: float, progress: Callable[[float], None] | None) -> SimResult:
         """Process events until no arrival, request or engine step is left.
 
-        A step that emitted neither a first nor a last token (most events: one
-        per decode iteration) is handled inline, without a method call.
+        A step that emitted neither a first nor a last token and reports no
+        progress is handled inline. ``self.event`` is the event being handled,
+        which ``_sync`` compares step boundaries against.
         """
         heap = self.heap
         arrivals = self.arrivals
@@ -269,57 +341,115 @@ class _Simulation:
         self.interval = interval
         self.progress = progress
         if count:
-            self._push(self.start, _SCRAPE, 0)
+            self._push(self.start, _SCRAPE, 0, self.start)
         pop = heapq.heappop
-        push = heapq.heappush
         i = 0
         next_at = times[0] if count else math.inf
         while True:
             if heap and (heap[0][0] < next_at or (heap[0][0] == next_at and heap[0][1] < _ARRIVAL)):
-                now, kind, seq, index = pop(heap)
-                if kind == _TICK:
-                    if seq == self.tick_seq:
-                        self._on_tick(now)
-                    continue
-                if kind == _SCRAPE:
-                    self._on_scrape(now, next_at)
-                    continue
-                if kind == _WAKE:
-                    self._on_wake(replicas[index], now)
+                item = pop(heap)
+                now, kind, _, seq, index = item
+                if kind != _STEP:
+                    self.event = item
+                    if kind == _TICK:
+                        if seq == self.tick_seq:
+                            self._on_tick(now)
+                    elif kind == _SCRAPE:
+                        self._on_scrape(now, next_at)
+                    else:
+                        self._on_wake(replicas[index], now)
                     continue
                 rep = replicas[index]
-                inflight = rep.inflight
-                result = inflight.pop(seq)
+                result = rep.inflight.pop(seq, None)
+                if result is None:
+                    continue  # a decode span's end, superseded by _sync
+                span = rep.span
+                if span is not None:
+                    rep.commit(len(span.times) - 1)
                 if (
                     rep.independent
                     or result.first_token
                     or result.finished
                     or rep.steps % PROGRESS_EVERY_STEPS == PROGRESS_EVERY_STEPS - 1
                 ):
+                    self.event = item
                     self._on_step(rep, result, now)
                     continue
                 rep.steps += 1
-                engine = rep.engine
-                step = engine.step(now)
-                if step is not None:
-                    duration = step.duration_s
-                    rep.busy_s += duration
-                    rep.slot_s += duration * (engine.num_requests_running + len(step.finished))
-                    rep.busy_until = now + duration
-                    self.seq = seq = self.seq + 1
-                    push(heap, (now + duration, _STEP, seq, index))
-                    inflight[seq] = step
+                self._begin(rep, now, True)
             elif i < count:
+                self.event = (next_at, _ARRIVAL, next_at, 0, 0)
                 self._on_arrival(arrivals[i], next_at)
                 i += 1
                 next_at = times[i] if i < count else math.inf
             else:
                 return self._result()
 
-    def _push(self, at: float, kind: int, index: int) -> int:
+    def _push(self, at: float, kind: int, index: int, posted: float) -> int:
+        """Post an event at ``at``, as if posted at ``posted`` (ties go to the earlier)."""
         self.seq += 1
-        heapq.heappush(self.heap, (at, kind, self.seq, index))
+        heapq.heappush(self.heap, (at, kind, posted, self.seq, index))
         return self.seq
+
+    def _begin(self, rep: Replica, now: float, inline: bool) -> None:
+        """Start a continuous-batching replica's next step, or decode run, at ``now``.
+
+        ``inline`` means the run loop's own path, which accounts busy time as
+        the step's duration; otherwise ``start_step`` accounts it.
+        """
+        engine = rep.engine
+        steps = PROGRESS_EVERY_STEPS - rep.steps % PROGRESS_EVERY_STEPS
+        run = engine.plan_decode(steps) if steps > 1 else None
+        if run is None:
+            if not inline:
+                result = rep.start_step(now)
+                if result is None:
+                    return
+            else:
+                result = engine.step(now)
+                if result is None:
+                    return
+                duration = result.duration_s
+                rep.busy_s += duration
+                rep.slot_s += duration * (engine.num_requests_running + len(result.finished))
+                rep.busy_until = now + duration
+            seq = self._push(now + result.duration_s, _STEP, rep.index, now)
+            rep.inflight[seq] = result
+            return
+        times = list(accumulate(run.durations_s, initial=now))  # t + duration, chained
+        last = len(times) - 2
+        seq = self._push(times[-1], _STEP, rep.index, times[last])
+        rep.inflight[seq] = run.result(last)
+        rep.span = DecodeSpan(run, times, seq, inline)
+
+    def _sync(self, rep: Replica) -> None:
+        """Bring a replica in a decode span up to the event being handled.
+
+        Applies the span's steps that step-by-step driving would have started
+        by now (a boundary at the current instant counts if its event sorts
+        before the current one) and re-posts the one in flight, if not the last.
+        """
+        span = rep.span
+        if span is None:
+            return
+        at, kind, posted, seq, _ = self.event
+        times = span.times
+        last = len(times) - 1
+        steps = 1
+        while steps < last:
+            t = times[steps]
+            if t > at:
+                break
+            if t == at and kind == _STEP:
+                prev = times[steps - 1]
+                if prev > posted or (prev == posted and span.seq > seq):
+                    break
+            steps += 1
+        rep.commit(steps)
+        if steps < last:
+            del rep.inflight[span.seq]
+            new = self._push(times[steps], _STEP, rep.index, times[steps - 1])
+            rep.inflight[new] = span.run.result(steps - 1)
 
     def _after(self, now: float) -> None:
         """Start steps on replicas that got work, and re-arm the scheduler tick."""
@@ -329,7 +459,7 @@ class _Simulation:
                 self._step(rep, now)
             elif not rep.inflight and not rep.waking:
                 rep.waking = True
-                self._push(now, _WAKE, rep.index)
+                self._push(now, _WAKE, rep.index, now)
         self.touched.clear()
         wakeup = self.scheduler.next_wakeup()
         if wakeup is None:
@@ -339,12 +469,15 @@ class _Simulation:
         wakeup = max(wakeup, now, self.last_tick + _TICK_GUARD_S)
         if wakeup != self.tick_at:
             self.tick_at = wakeup
-            self.tick_seq = self._push(wakeup, _TICK, 0)
+            self.tick_seq = self._push(wakeup, _TICK, 0, now)
 
     def _step(self, rep: Replica, now: float) -> None:
+        if not rep.independent:
+            self._begin(rep, now, False)
+            return
         result = rep.start_step(now)
         if result is not None:
-            seq = self._push(now + result.duration_s, _STEP, rep.index)
+            seq = self._push(now + result.duration_s, _STEP, rep.index, now)
             rep.inflight[seq] = result
 
     # ------------------------------------------------------------------ events
@@ -419,6 +552,7 @@ class _Simulation:
     def _on_scrape(self, now: float, next_arrival: float) -> None:
         """Feed every replica's metrics to the scheduler, sample, and plan the next scrape."""
         for rep in self.replicas:
+            self._sync(rep)
             engine = rep.engine
             stats = BackendStats(
                 model=self.model,
@@ -447,7 +581,7 @@ class _Simulation:
             self.scrape_k = max(self.scrape_k + 1, k)
         else:
             return
-        self._push(self.start + self.scrape_k * self.interval, _SCRAPE, 0)
+        self._push(self.start + self.scrape_k * self.interval, _SCRAPE, 0, now)
 
     def _report_progress(self, rep: Replica) -> None:
         engine = rep.engine
@@ -488,6 +622,7 @@ class _Simulation:
     def _preempt(self, decision: Preempt, now: float) -> list[Decision]:
         req = self.live[decision.ticket.id]
         rep = self.by_backend[decision.backend]
+        self._sync(rep)
         generated = rep.abort(req, now)
         if not rep.touched:
             rep.touched = True

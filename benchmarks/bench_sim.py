@@ -1,0 +1,82 @@
+"""Simulator speed: one hour of the Azure conversation trace, 4 replicas, 5 policies.
+
+Replays ``AzureLLMInferenceTrace_conv.csv`` (19,366 requests over one hour)
+through the real scheduler and four emulated Llama-3.1-8B/H100 replicas, once
+per policy, the way ``sluicegate simulate`` does (worker processes, one per
+core), and reports the wall time. Bar (issue #4): under 60 s on a 2-core machine.
+
+    python benchmarks/bench_sim.py [--write docs/BENCHMARKS.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+from sluicegate.sim.command import default_config
+from sluicegate.sim.run import run_comparison
+from sluicegate.sim.workloads import load_workload
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+POLICIES = ["fifo", "sjf", "slack", "fair", "oracle"]
+BAR_S = 60.0
+MARK_BEGIN = "<!-- bench_sim:begin -->"
+MARK_END = "<!-- bench_sim:end -->"
+
+
+def _write(path: Path, section: str) -> None:
+    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
+    block = f"{MARK_BEGIN}\n{section}\n{MARK_END}"
+    if MARK_BEGIN in text and MARK_END in text:
+        head, rest = text.split(MARK_BEGIN, 1)
+        text = head + block + rest.split(MARK_END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(text, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Time the replay; print and optionally record the figure."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--replicas", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=Path("sim-out/bench"))
+    parser.add_argument("--write", type=Path, default=None)
+    args = parser.parse_args(argv)
+    requests = load_workload(TRACE)
+    start = time.perf_counter()
+    result = run_comparison(
+        default_config(), requests, POLICIES, out_dir=args.out, replicas=args.replicas,
+        workers=args.workers,
+    )  # fmt: skip
+    elapsed = time.perf_counter() - start
+    simulated = sum(s.overall.requests for s in result.summaries)
+    verdict = "yes" if elapsed < BAR_S else "NO"
+    lines = [
+        "## Simulator: one hour of the Azure conversation trace, 4 replicas, 5 policies",
+        "",
+        "Command: `python benchmarks/bench_sim.py`  ",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, {sys.platform}  ",
+        f"Date: {dt.date.today().isoformat()}",
+        "",
+        "| requests per policy | policies | replicas | wall time | requests simulated/s "
+        f"| under {BAR_S:g} s |",
+        "|---:|---:|---:|---:|---:|---|",
+        f"| {len(requests):,} | {len(POLICIES)} | {args.replicas} | {elapsed:.1f} s "
+        f"| {simulated / elapsed:,.0f} | {verdict} |",
+    ]
+    print("\n".join(lines))
+    if args.write is not None:
+        _write(args.write, "\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
