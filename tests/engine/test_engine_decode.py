@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from itertools import cycle
 
@@ -164,10 +165,8 @@ def replay(config: EngineConfig, arrivals: list[Request], cuts: list[int]) -> No
         while pending and pending[0][0] <= done:
             _, rid, prompt, output = pending.pop(0)
             for engine in (stepper, planner):
-                try:
+                with contextlib.suppress(ValueError):  # too large for this config: both refuse
                     engine.add_request(rid, prompt, output, now, ignore_eos=True)
-                except ValueError:
-                    pass  # too large for this config: both refuse it
         run = planner.plan_decode(next(limits))
         if run is None:
             result = stepper.step(now)

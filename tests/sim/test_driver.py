@@ -7,6 +7,7 @@ queues form and policies matter, and finish in about a second each.
 from __future__ import annotations
 
 import dataclasses
+from array import array
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -17,9 +18,9 @@ from hypothesis import strategies as st
 
 from sluicegate.core.spec import BackendSpec, LaneSpec, ModelSpec, SchedulerSpec, TenantSpec
 from sluicegate.core.ticket import Outcome
-from sluicegate.engine import Engine, preset
+from sluicegate.engine import Engine, StepResult, preset
 from sluicegate.sim import driver
-from sluicegate.sim.driver import Replica, simulate, with_replicas
+from sluicegate.sim.driver import ChainPoint, Replica, simulate, with_replicas
 from sluicegate.sim.metrics import TOO_LARGE, SimRequest, SimResult, summarize
 from sluicegate.sim.request import WorkloadRequest
 
@@ -424,3 +425,95 @@ def test_any_workload_gives_the_same_result_with_and_without_decode_runs(
         step_by_step(patch)
         slow = run(base, workload, replicas=replicas, scrape_interval_s=0.2)
     same_result(fast, slow)
+
+
+def test_an_arrival_exactly_at_a_step_boundary_inside_a_run_joins_the_step_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A boundary at the arrival's instant counts as passed (steps sort before arrivals), as
+    step by step: the late request's first token is no earlier than the step after next."""
+    engine = Engine(TINY, seed=0)  # replica r0's twin: its step boundaries, chained the same way
+    engine.add_request("0", 100, 60, 1.0, output_tokens=40)
+    boundaries = [1.0]
+    for _ in range(6):
+        step = engine.step(boundaries[-1])
+        assert isinstance(step, StepResult)
+        boundaries.append(boundaries[-1] + step.duration_s)
+    late = WorkloadRequest(boundaries[5], 20, 5, 5, lane="main")
+    workload = [WorkloadRequest(1.0, 100, 40, 60, lane="main"), late]
+    fast = run(spec(), workload)
+    first_token = fast.records[1].first_token_s
+    assert first_token is not None
+    assert first_token > boundaries[6]
+    step_by_step(monkeypatch)
+    same_result(fast, run(spec(), workload))
+
+
+def test_replicas_stepping_in_lockstep_keep_their_order_through_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Identical work started at one instant gives replicas step boundaries that tie exactly;
+    with runs cut short by frequent scrapes, tied completions still come in step-by-step order
+    (the wake order), so completions reach the scheduler in the same order."""
+    base = spec(lane(max_concurrency=4, preemptible="priority"), cap=4)
+    workload = [
+        WorkloadRequest(at, prompt, output, output, lane="main", priority=priority)
+        for at, prompt, output, priority in [
+            (0.05, 127, 79, 0), (0.05, 127, 79, 0), (0.35, 26, 41, 2), (0.35, 26, 41, 0),
+            (0.65, 27, 18, 1), (0.65, 27, 18, 1), (0.65, 27, 18, 2), (0.65, 196, 17, 0),
+            (1.0, 104, 75, 1), (1.0, 104, 75, 0), (1.0, 104, 75, 1), (1.3, 45, 31, 0),
+            (1.4, 114, 76, 0), (1.4, 114, 76, 2), (1.7, 72, 22, 0), (1.7, 72, 22, 2),
+        ]
+    ]  # fmt: skip
+    fast = run(base, workload, replicas=3, scrape_interval_s=0.05)
+    ties = {rec.finish_s for rec in fast.records}
+    assert len(ties) < len(workload)  # some requests finish at the very same instant
+    step_by_step(monkeypatch)
+    same_result(fast, run(base, workload, replicas=3, scrape_interval_s=0.05))
+
+
+def test_an_admission_at_a_tied_step_boundary_of_another_replica_matches_step_by_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With every step lasting base_s, all replicas' boundaries coincide; a request admitted
+    when another replica finishes lands on a replica inside a run, whose boundary at that
+    instant counts as passed exactly when its completion would have been handled first."""
+    flat = dataclasses.replace(
+        TINY, base_s=0.0032, per_prefill_token_s=0.0, per_decode_seq_s=0.0, per_kv_token_s=0.0
+    )
+    workload = [
+        WorkloadRequest(0.0, 31, 48, 128, lane="main", priority=1),
+        WorkloadRequest(0.0, 31, 48, 48, lane="main", priority=2),
+        *(WorkloadRequest(0.0, 158, 22, 128, lane="main", priority=2) for _ in range(3)),
+    ]
+    base = spec(lane(max_concurrency=4), cap=4)
+    fast = run(base, workload, replicas=3, engine=flat)
+    step_by_step(monkeypatch)
+    same_result(fast, run(base, workload, replicas=3, engine=flat))
+
+
+def point(history: list[float], origin: tuple[float, int] = (0.0, 1)) -> ChainPoint:
+    """The completion of a chain's latest step (started at ``history[-1]``)."""
+    return ChainPoint(array("d", history), len(history) - 1, origin)
+
+
+def test_tied_completions_come_in_the_order_of_the_steps_that_posted_them() -> None:
+    """Same end, same start: the chain whose previous step started first was handled first
+    at that start, so it posted first."""
+    early, late = point([0.0, 0.05, 0.2]), point([0.0, 0.1, 0.2])
+    assert early < late
+    assert not late < early
+
+
+def test_a_chain_just_woken_posts_after_a_chain_already_stepping() -> None:
+    """At one instant, step completions are handled before wakes: the stepping chain posts first."""
+    stepping, woken = point([0.1, 0.2]), point([0.2])
+    assert stepping < woken
+    assert not woken < stepping
+
+
+def test_chains_identical_since_their_wakes_keep_the_wake_order() -> None:
+    """Lockstep chains tie all the way back; their wakes' heap order decides."""
+    first, second = point([0.0, 0.1], (0.0, 7)), point([0.0, 0.1], (0.0, 8))
+    assert first < second
+    assert not second < first

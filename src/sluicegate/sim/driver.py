@@ -32,15 +32,21 @@ the end of the run instead of one per step, and applies the run's steps when
 that event comes. Anything that touches the replica earlier (an admission, a
 preemption, a scrape) first applies the steps that would have started by then
 (``_sync``) and re-posts the one in flight, so every outcome, time and sample
-is the same as stepping one event at a time. Heap items carry the time they
-were posted, as step-by-step stepping would have posted them, so ties break
-the same way.
+is the same as stepping one event at a time.
+
+Ties: step-by-step, events at one instant run in the order they were posted,
+and a step's completion is posted by the event that started the step, so
+equal times are ordered by when the events were posted, then by the events
+that posted them, recursively. Heap items carry the time posted and, for a
+step, a ``ChainPoint`` that replays that recursion over the replica's step
+boundaries, so runs break ties as step-by-step driving does.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterable
 from itertools import accumulate
@@ -79,8 +85,47 @@ PROGRESS_EVERY_STEPS = 16
 _EXPIRED = Outcome.EXPIRED.value
 _TICK_GUARD_S = 1e-6
 
-HeapItem = tuple[float, int, float, int, int]
-"""``(time, kind, time posted, sequence, replica index)``."""
+
+class ChainPoint:
+    """A step completion's place among same-instant step completions of other replicas.
+
+    A continuous-batching replica's steps form a chain from the wake that
+    started it: the completion of step k, ending at ``t[k+1]`` and posted at
+    ``t[k]``, is posted while the completion of step k − 1 is handled. Its
+    step-by-step heap position is therefore the key ``(t[k+1], STEP, t[k],
+    STEP, t[k−1], …, STEP, t[0], WAKE, wake posted, wake sequence)``; two
+    completions at the same time, posted at the same time, compare by the rest.
+
+    Args:
+        history: the chain's step start times; entries up to ``index`` never change.
+        index: position of the step's start (the time the completion is posted).
+        origin: ``(time posted, sequence)`` of the wake that started the chain.
+    """
+
+    __slots__ = ("history", "index", "origin")
+
+    def __init__(self, history: array[float], index: int, origin: tuple[float, int]) -> None:
+        self.history = history
+        self.index = index
+        self.origin = origin
+
+    def __lt__(self, other: ChainPoint) -> bool:
+        """Whether this completion comes first; both end and were posted at the same times."""
+        mine, theirs = self.history, other.history
+        i, j = self.index - 1, other.index - 1
+        while i >= 0 and j >= 0:
+            a, b = mine[i], theirs[j]
+            if a != b:
+                return a < b
+            i -= 1
+            j -= 1
+        if i >= 0 or j >= 0:
+            return i >= 0  # the other reached its wake, which sorts after any step completion
+        return self.origin < other.origin
+
+
+HeapItem = tuple[float, int, float, ChainPoint | None, int, int]
+"""``(time, kind, time posted, chain point of a step, sequence, replica index)``."""
 
 
 def with_replicas(spec: SchedulerSpec, model: str, replicas: int) -> SchedulerSpec:
@@ -118,17 +163,21 @@ class DecodeSpan:
     Attributes:
         run: the engine's plan; none of its steps is applied to the engine yet.
         times: step boundaries, chained as step-by-step driving would: ``t + duration``.
-        seq: heap sequence number of the event at ``times[n]``.
+        item: the heap item of the run's end, at ``times[n]``.
+        base: where ``times[0]`` is in the replica's chain history.
         inline: whether step 0 was started by the run loop's inline path (which
             accounts busy time as ``duration``) rather than ``start_step``.
     """
 
-    __slots__ = ("inline", "run", "seq", "times")
+    __slots__ = ("base", "inline", "item", "run", "times")
 
-    def __init__(self, run: DecodeRun, times: list[float], seq: int, inline: bool) -> None:
+    def __init__(
+        self, run: DecodeRun, times: list[float], item: HeapItem, base: int, inline: bool
+    ) -> None:
         self.run = run
         self.times = times
-        self.seq = seq
+        self.item = item
+        self.base = base
         self.inline = inline
 
 
@@ -141,10 +190,13 @@ class Replica:
         busy_s: time with a step in flight (the union, when steps overlap).
         slot_s: ∫ running-batch size dt over the same time.
         span: the decode run in progress, if any (its steps are not on the engine yet).
+        history: start times of the steps since the wake that started this chain.
+        origin: ``(time posted, sequence)`` of that wake.
     """
 
-    __slots__ = ("busy_s", "busy_until", "engine", "independent", "index", "inflight", "name",
-                 "running", "slot_s", "span", "steps", "touched", "waking")  # fmt: skip
+    __slots__ = ("busy_s", "busy_until", "engine", "history", "independent", "index",
+                 "inflight", "name", "origin", "running", "slot_s", "span", "steps", "touched",
+                 "waking")  # fmt: skip
 
     def __init__(self, index: int, name: str, config: EngineConfig, seed: int) -> None:
         self.index = index
@@ -159,6 +211,8 @@ class Replica:
         self.touched = False
         self.waking = False
         self.span: DecodeSpan | None = None
+        self.history: array[float] = array("d")
+        self.origin = (-math.inf, 0)
 
     def start_step(self, now: float) -> StepResult | None:
         """Run ``engine.step(now)`` and account its busy time; ``None`` when idle."""
@@ -314,7 +368,7 @@ class _Simulation:
         self.seq = 0
         self.touched: list[Replica] = []
         self.tick_seq = -1
-        self.event: HeapItem = (0.0, _ARRIVAL, 0.0, 0, 0)
+        self.event: HeapItem = (0.0, _ARRIVAL, 0.0, None, 0, 0)
         self.tick_at: float | None = None
         self.last_tick = float("-inf")
         self.samples = SampleLog(list(self.lanes))
@@ -341,14 +395,14 @@ class _Simulation:
         self.interval = interval
         self.progress = progress
         if count:
-            self._push(self.start, _SCRAPE, 0, self.start)
+            self._push(self.start, _SCRAPE, 0, self.start, None)
         pop = heapq.heappop
         i = 0
         next_at = times[0] if count else math.inf
         while True:
             if heap and (heap[0][0] < next_at or (heap[0][0] == next_at and heap[0][1] < _ARRIVAL)):
                 item = pop(heap)
-                now, kind, _, seq, index = item
+                now, kind, _, _, seq, index = item
                 if kind != _STEP:
                     self.event = item
                     if kind == _TICK:
@@ -360,9 +414,7 @@ class _Simulation:
                         self._on_wake(replicas[index], now)
                     continue
                 rep = replicas[index]
-                result = rep.inflight.pop(seq, None)
-                if result is None:
-                    continue  # a decode span's end, superseded by _sync
+                result = rep.inflight.pop(seq)
                 span = rep.span
                 if span is not None:
                     rep.commit(len(span.times) - 1)
@@ -378,18 +430,29 @@ class _Simulation:
                 rep.steps += 1
                 self._begin(rep, now, True)
             elif i < count:
-                self.event = (next_at, _ARRIVAL, next_at, 0, 0)
+                self.event = (next_at, _ARRIVAL, next_at, None, 0, 0)
                 self._on_arrival(arrivals[i], next_at)
                 i += 1
                 next_at = times[i] if i < count else math.inf
             else:
                 return self._result()
 
-    def _push(self, at: float, kind: int, index: int, posted: float) -> int:
+    def _push(
+        self, at: float, kind: int, index: int, posted: float, point: ChainPoint | None
+    ) -> HeapItem:
         """Post an event at ``at``, as if posted at ``posted`` (ties go to the earlier)."""
         self.seq += 1
-        heapq.heappush(self.heap, (at, kind, posted, self.seq, index))
-        return self.seq
+        item = (at, kind, posted, point, self.seq, index)
+        heapq.heappush(self.heap, item)
+        return item
+
+    def _push_step(self, rep: Replica, end: float, result: StepResult) -> HeapItem:
+        """Post the completion of a continuous-batching replica's step in flight."""
+        history = rep.history
+        point = ChainPoint(history, len(history) - 1, rep.origin)
+        item = self._push(end, _STEP, rep.index, history[-1], point)
+        rep.inflight[item[4]] = result
+        return item
 
     def _begin(self, rep: Replica, now: float, inline: bool) -> None:
         """Start a continuous-batching replica's next step, or decode run, at ``now``.
@@ -413,14 +476,14 @@ class _Simulation:
                 rep.busy_s += duration
                 rep.slot_s += duration * (engine.num_requests_running + len(result.finished))
                 rep.busy_until = now + duration
-            seq = self._push(now + result.duration_s, _STEP, rep.index, now)
-            rep.inflight[seq] = result
+            rep.history.append(now)
+            self._push_step(rep, now + result.duration_s, result)
             return
         times = list(accumulate(run.durations_s, initial=now))  # t + duration, chained
-        last = len(times) - 2
-        seq = self._push(times[-1], _STEP, rep.index, times[last])
-        rep.inflight[seq] = run.result(last)
-        rep.span = DecodeSpan(run, times, seq, inline)
+        base = len(rep.history)
+        rep.history.extend(times[:-1])
+        item = self._push_step(rep, times[-1], run.result(run.steps - 1))
+        rep.span = DecodeSpan(run, times, item, base, inline)
 
     def _sync(self, rep: Replica) -> None:
         """Bring a replica in a decode span up to the event being handled.
@@ -432,7 +495,7 @@ class _Simulation:
         span = rep.span
         if span is None:
             return
-        at, kind, posted, seq, _ = self.event
+        at, kind, posted, point, _, _ = self.event
         times = span.times
         last = len(times) - 1
         steps = 1
@@ -442,14 +505,21 @@ class _Simulation:
                 break
             if t == at and kind == _STEP:
                 prev = times[steps - 1]
-                if prev > posted or (prev == posted and span.seq > seq):
+                if prev > posted:
                     break
+                if prev == posted and point is not None:
+                    mine = ChainPoint(rep.history, span.base + steps - 1, rep.origin)
+                    if not mine < point:
+                        break
             steps += 1
         rep.commit(steps)
         if steps < last:
-            del rep.inflight[span.seq]
-            new = self._push(times[steps], _STEP, rep.index, times[steps - 1])
-            rep.inflight[new] = span.run.result(steps - 1)
+            item = span.item
+            del rep.inflight[item[4]]
+            self.heap.remove(item)
+            heapq.heapify(self.heap)
+            del rep.history[span.base + steps :]
+            self._push_step(rep, times[steps], span.run.result(steps - 1))
 
     def _after(self, now: float) -> None:
         """Start steps on replicas that got work, and re-arm the scheduler tick."""
@@ -459,7 +529,7 @@ class _Simulation:
                 self._step(rep, now)
             elif not rep.inflight and not rep.waking:
                 rep.waking = True
-                self._push(now, _WAKE, rep.index, now)
+                self._push(now, _WAKE, rep.index, now, None)
         self.touched.clear()
         wakeup = self.scheduler.next_wakeup()
         if wakeup is None:
@@ -469,7 +539,7 @@ class _Simulation:
         wakeup = max(wakeup, now, self.last_tick + _TICK_GUARD_S)
         if wakeup != self.tick_at:
             self.tick_at = wakeup
-            self.tick_seq = self._push(wakeup, _TICK, 0, now)
+            self.tick_seq = self._push(wakeup, _TICK, 0, now, None)[4]
 
     def _step(self, rep: Replica, now: float) -> None:
         if not rep.independent:
@@ -477,8 +547,8 @@ class _Simulation:
             return
         result = rep.start_step(now)
         if result is not None:
-            seq = self._push(now + result.duration_s, _STEP, rep.index, now)
-            rep.inflight[seq] = result
+            item = self._push(now + result.duration_s, _STEP, rep.index, now, None)
+            rep.inflight[item[4]] = result
 
     # ------------------------------------------------------------------ events
 
@@ -540,6 +610,9 @@ class _Simulation:
         """An idle replica got work earlier at this instant: start its first step now."""
         rep.waking = False
         if not rep.inflight:
+            _, _, posted, _, seq, _ = self.event
+            rep.history = array("d")  # a new chain of steps starts here
+            rep.origin = (posted, seq)
             self._step(rep, now)
 
     def _on_tick(self, now: float) -> None:
@@ -581,7 +654,7 @@ class _Simulation:
             self.scrape_k = max(self.scrape_k + 1, k)
         else:
             return
-        self._push(self.start + self.scrape_k * self.interval, _SCRAPE, 0, now)
+        self._push(self.start + self.scrape_k * self.interval, _SCRAPE, 0, now, None)
 
     def _report_progress(self, rep: Replica) -> None:
         engine = rep.engine
@@ -614,6 +687,7 @@ class _Simulation:
     def _admit(self, decision: Admit, now: float) -> None:
         req = self.live[decision.ticket.id]
         rep = self.by_backend[decision.backend]
+        self._sync(rep)
         rep.add(req, now)
         if not rep.touched:
             rep.touched = True
