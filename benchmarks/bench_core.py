@@ -34,6 +34,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from mdsection import write_section
 from sluicegate.core import (
     Admit,
     BackendSpec,
@@ -49,8 +50,6 @@ from sluicegate.core import (
 from sluicegate.core.policies import policy_names
 
 BAR_US = 20.0
-MARK_BEGIN = "<!-- bench_core:begin -->"
-MARK_END = "<!-- bench_core:end -->"
 
 
 def _scheduler(policy: str, running: int, queued: int, tenants: int) -> Scheduler:
@@ -178,18 +177,6 @@ def _in_process(src: Path, policy: str, args: argparse.Namespace, seed: int) -> 
     return float(micros)
 
 
-def _write(path: Path, section: str) -> None:
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    block = f"{MARK_BEGIN}\n{section}\n{MARK_END}"
-    if MARK_BEGIN in text and MARK_END in text:
-        head, rest = text.split(MARK_BEGIN, 1)
-        tail = rest.split(MARK_END, 1)[1]
-        text = head + block + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text, encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark, print a table, optionally write it into a Markdown file."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -253,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                 for p, b, m, lo, hi, ok in rows
             ),
         ]
-        _write(args.write, "\n".join(lines))
+        write_section(args.write, "bench_core", "\n".join(lines))
         console.print(f"wrote {args.write}")
     compiled_ok = all(row[5] == "yes" for row in rows if row[1] == "mypyc")
     return 0 if compiled_ok else 1

@@ -54,6 +54,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from mdsection import write_section
 from sluicegate.bench.loadgen import (
     LoadResult,
     build_body,
@@ -69,8 +70,6 @@ BAR_P50_MS = 1.0
 BAR_P99_MS = 5.0
 BAR_RATIO = 0.70
 KEEP_PACE = 0.95
-MARK_BEGIN = "<!-- bench_overhead:begin -->"
-MARK_END = "<!-- bench_overhead:end -->"
 MODEL = "overhead-llm"
 TARGETS = ("direct", "pass-through", "sluicegate")
 ROLES = {"engine": "emulate", "pass-through": "passthrough", "sluicegate": "serve"}
@@ -555,18 +554,6 @@ def markdown(grid: Grid) -> list[str]:
     return lines + ["| " + " | ".join(row) + " |" for row in rows] + [""]
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace the text between this benchmark's markers in ``path`` (append if absent)."""
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    block = f"{MARK_BEGIN}\n{section}\n{MARK_END}"
-    if MARK_BEGIN in text and MARK_END in text:
-        head, rest = text.split(MARK_BEGIN, 1)
-        text = head + block + rest.split(MARK_END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text, encoding="utf-8")
-
-
 def section(command: str, args: argparse.Namespace, others: float, grids: list[Grid]) -> str:
     """The Markdown section: command, machine, date, setting, then every table."""
     lines = [
@@ -697,7 +684,11 @@ def main(argv: list[str] | None = None) -> int:
         command = "python benchmarks/bench_overhead.py " + " ".join(
             sys.argv[1:] if argv is None else argv
         )
-        write_section(args.write, section(command.strip(), args, deltas["others"], [bars, *grids]))
+        write_section(
+            args.write,
+            "bench_overhead",
+            section(command.strip(), args, deltas["others"], [bars, *grids]),
+        )
         console.print(f"wrote {args.write}")
     return 0
 

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from mdsection import write_section
 from sluicegate.sim.command import default_config
 from sluicegate.sim.run import run_comparison
 from sluicegate.sim.workloads import load_workload
@@ -26,19 +27,6 @@ ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 POLICIES = ["fifo", "sjf", "slack", "fair", "oracle"]
 BAR_S = 60.0
-MARK_BEGIN = "<!-- bench_sim:begin -->"
-MARK_END = "<!-- bench_sim:end -->"
-
-
-def _write(path: Path, section: str) -> None:
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    block = f"{MARK_BEGIN}\n{section}\n{MARK_END}"
-    if MARK_BEGIN in text and MARK_END in text:
-        head, rest = text.split(MARK_BEGIN, 1)
-        text = head + block + rest.split(MARK_END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text, encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print("\n".join(lines))
     if args.write is not None:
-        _write(args.write, "\n".join(lines))
+        write_section(args.write, "bench_sim", "\n".join(lines))
     return 0
 
 

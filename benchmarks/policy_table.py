@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from mdsection import write_section
 from sluicegate.config import load_config
 from sluicegate.sim.run import run_comparison
 from sluicegate.sim.workloads import apply_mix, load_workload, parse_mix, window
@@ -27,8 +28,6 @@ CONFIG = ROOT / "examples" / "simulate-shared-lane.yaml"
 MIX = "0.7:chat:shared:1:10000,0.3:docs:shared:3:120000"
 POLICIES = ["fifo", "sjf", "oracle", "slack", "slack-oracle", "fair"]
 LOADS = [2.0, 2.5, 3.0]
-MARK_BEGIN = "<!-- policy_table:begin -->"
-MARK_END = "<!-- policy_table:end -->"
 
 
 def _fmt(value: float | None, unit: str = "") -> str:
@@ -76,10 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(table)
     if args.write is not None:
-        text = args.write.read_text(encoding="utf-8")
-        head, rest = text.split(MARK_BEGIN, 1)
-        tail = rest.split(MARK_END, 1)[1]
-        args.write.write_text(f"{head}{MARK_BEGIN}\n{table}\n{MARK_END}{tail}", encoding="utf-8")
+        write_section(args.write, "policy_table", table)
     return 0
 
 
