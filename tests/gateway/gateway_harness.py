@@ -37,10 +37,10 @@ class _Running:
     port: int
 
 
-def _start(app: ASGIApp) -> _Running:
+def _start(app: ASGIApp, port: int = 0) -> _Running:
     server = uvicorn.Server(
         uvicorn.Config(
-            app, host="127.0.0.1", port=0, loop="uvloop", http="httptools", ws="none",
+            app, host="127.0.0.1", port=port, loop="uvloop", http="httptools", ws="none",
             lifespan="on", log_level="warning", access_log=False, timeout_graceful_shutdown=2,
         )
     )  # fmt: skip
@@ -105,15 +105,21 @@ def engine_stats(url: str) -> dict[str, float]:
     return data
 
 
-def gateway_config(engine_ports: Sequence[int], body: str) -> Config:
+def gateway_config(
+    engine_ports: Sequence[int], body: str, *, weights: Sequence[float] | None = None
+) -> Config:
     """A config whose single model ``tiny`` has one backend per engine port.
 
     ``body`` is YAML appended under the model (indented by the caller as
     model keys: ``max_concurrency``, ``lanes``…) followed by top-level keys.
+    ``weights`` (one per port) sets the backends' routing weights.
     """
+    shares = list(weights) if weights is not None else [1.0] * len(engine_ports)
+    assert len(shares) == len(engine_ports), (weights, engine_ports)
     backends = "".join(
-        f"      - {{name: e{i}, url: 'http://127.0.0.1:{port}', engine: emulator}}\n"
-        for i, port in enumerate(engine_ports)
+        f"      - {{name: e{i}, url: 'http://127.0.0.1:{port}', engine: emulator,"
+        f" weight: {weight}}}\n"
+        for i, (port, weight) in enumerate(zip(engine_ports, shares, strict=True))
     )
     text = f"models:\n  - name: {MODEL}\n    backends:\n{backends}{body}"
     return parse_config(text)
@@ -127,6 +133,7 @@ def stack(
     engine: EngineConfig | None = None,
     environ: Mapping[str, str] | None = None,
     scrape: bool = True,
+    weights: Sequence[float] | None = None,
 ) -> Iterator[Stack]:
     """``engines`` emulators and a gateway configured with ``body`` in front of them."""
     running: list[_Running] = []
@@ -135,7 +142,7 @@ def stack(
             emulator = build_emulator(engine or preset("tiny"), model=MODEL, seed=i)
             running.append(_start(emulator))
         ports = [one.port for one in running]
-        config = gateway_config(ports, body)
+        config = gateway_config(ports, body, weights=weights)
         env = {"SLUICEGATE_ADMIN_KEY": ADMIN_KEY, **(environ or {})}
         app = build_gateway(config, environ=env, scrape=scrape)
         running.append(_start(app))
@@ -263,6 +270,7 @@ async def open_stream(
     max_tokens: int = 5000,
     key: str | None = None,
     headers: Mapping[str, str] | None = None,
+    prompt: str = "hold",
 ) -> aiohttp.ClientResponse:
     """Start a streamed ``ignore_eos`` completion and read its first ``events`` data events.
 
@@ -273,7 +281,7 @@ async def open_stream(
     if key is not None:
         all_headers["Authorization"] = f"Bearer {key}"
     body = {
-        "model": MODEL, "prompt": "hold", "max_tokens": max_tokens,
+        "model": MODEL, "prompt": prompt, "max_tokens": max_tokens,
         "ignore_eos": True, "stream": True,
     }  # fmt: skip
     response = await session.post(base_url + "/v1/completions", json=body, headers=all_headers)
@@ -300,9 +308,10 @@ def gateway_at(
     *,
     environ: Mapping[str, str] | None = None,
     scrape: bool = True,
+    weights: Sequence[float] | None = None,
 ) -> Iterator[Stack]:
     """A gateway alone, with backends at ``engine_ports`` (e.g. ones nothing listens on)."""
-    config = gateway_config(engine_ports, body)
+    config = gateway_config(engine_ports, body, weights=weights)
     env = {"SLUICEGATE_ADMIN_KEY": ADMIN_KEY, **(environ or {})}
     running = _start(build_gateway(config, environ=env, scrape=scrape))
     try:
@@ -323,3 +332,141 @@ def outcomes(base_url: str) -> dict[str, float]:
                 outcome = sample.labels["outcome"]
                 counts[outcome] = counts.get(outcome, 0.0) + sample.value
     return counts
+
+
+class EngineServer:
+    """One emulated engine on a fixed loopback port that a test can stop, kill and restart.
+
+    The first ``start`` lets the OS choose the port; later starts reuse it, each
+    with a fresh emulator (so its counters start again from zero).
+    """
+
+    def __init__(self, engine: EngineConfig | None = None, *, seed: int = 0) -> None:
+        self._engine = engine or preset("tiny")
+        self._seed = seed
+        self._running: _Running | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def up(self) -> bool:
+        return self._running is not None
+
+    def start(self) -> None:
+        """Serve a fresh emulator (on the same port as before, if it ran before)."""
+        assert self._running is None, "already running"
+        app = build_emulator(self._engine, model=MODEL, seed=self._seed)
+        self._running = _start(app, self.port)
+        self.port = self._running.port
+
+    def stop(self) -> None:
+        """Shut down gracefully (open streams end, the port is released)."""
+        running, self._running = self._running, None
+        if running is not None:
+            _stop([running])
+
+    def kill(self) -> None:
+        """Die like a crashed process: stop listening and reset every open connection at once,
+        then finish shutting down."""
+        running = self._running
+        assert running is not None, "not running"
+        server = running.server
+
+        def abort_all() -> None:
+            for listener in server.servers:
+                listener.close()
+            for connection in list(server.server_state.connections):
+                transport = getattr(connection, "transport", None)
+                if transport is not None:
+                    transport.abort()
+
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                abort_all()
+            finally:
+                done.set()
+
+        server.servers[0].get_loop().call_soon_threadsafe(run)
+        assert done.wait(5), "the engine's loop did not run the kill"
+        self.stop()
+
+    def stats(self) -> dict[str, float]:
+        """The running emulator's ``/emulator/stats``."""
+        return engine_stats(self.url)
+
+
+@contextmanager
+def engine_server(engine: EngineConfig | None = None, *, seed: int = 0) -> Iterator[EngineServer]:
+    """An :class:`EngineServer`, started; stopped on exit whatever state the test left it in."""
+    server = EngineServer(engine, seed=seed)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def read_events(response: aiohttp.ClientResponse) -> list[bytes]:
+    """Every SSE ``data:`` payload of a streamed answer, until ``[DONE]`` or the end of the body.
+
+    ``[DONE]`` is included as the last payload when it came.
+    """
+    payloads: list[bytes] = []
+    while True:
+        line = await response.content.readline()
+        if not line:
+            return payloads
+        if line.startswith(b"data:"):
+            payload = line[5:].strip()
+            payloads.append(payload)
+            if payload == b"[DONE]":
+                return payloads
+
+
+def text_chunks(payloads: Sequence[bytes]) -> int:
+    """How many payloads of a completions stream carry generated text."""
+    count = 0
+    for payload in payloads:
+        if payload == b"[DONE]":
+            continue
+        event = orjson.loads(payload)
+        choices = event.get("choices") or []
+        count += bool(choices and choices[0].get("text"))
+    return count
+
+
+def finish_reason(payload: bytes) -> str | None:
+    """The ``finish_reason`` of a stream chunk's first choice (None if it has none)."""
+    event = orjson.loads(payload)
+    choices = event.get("choices") or [{}]
+    reason: str | None = choices[0].get("finish_reason")
+    return reason
+
+
+def lane_state(base_url: str, lane: str) -> dict[str, Any]:
+    """One lane of the ``tiny`` model in ``/admin/state``."""
+    lanes: list[dict[str, Any]] = model_state(base_url)["lanes"]
+    return next(entry for entry in lanes if entry["name"] == lane)
+
+
+def backend_state(base_url: str, backend: str) -> dict[str, Any]:
+    """One backend of the ``tiny`` model in ``/admin/state``."""
+    backends: list[dict[str, Any]] = model_state(base_url)["backends"]
+    return next(entry for entry in backends if entry["name"] == backend)
+
+
+def metric(base_url: str, name: str, **labels: str) -> float | None:
+    """The gateway's sample ``name`` whose labels include ``labels`` (None if absent)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = http_call(base_url, "GET", "/metrics").body.decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return float(sample.value)
+    return None

@@ -72,6 +72,10 @@ class SchedulerDriver:
         self._running.pop(ticket_id, None)
         self._execute(self.scheduler.complete(ticket_id, usage, self._clock()))
 
+    def progress(self, ticket_id: TicketId, generated_tokens: int) -> None:
+        """A running stream has produced ``generated_tokens`` so far."""
+        self.scheduler.progress(ticket_id, generated_tokens)
+
     def requeue_wait(self, ticket_id: TicketId) -> asyncio.Future[Verdict]:
         """After a requeue preemption was completed: wait for the ticket's next verdict."""
         future: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()

@@ -367,8 +367,11 @@ class InferenceHandler:
         try:
             try:
                 async for data in response.content.iter_any():
-                    if scanner.feed(data) and ttft_s is None:
-                        ttft_s = driver.now() - ticket.arrival
+                    if scanner.feed(data):
+                        if ttft_s is None:
+                            ttft_s = driver.now() - ticket.arrival
+                        # Progress gates preemption of standard priorities (80% of max_tokens).
+                        driver.progress(ticket.id, scanner.chunks)
                     yield data
             except (TimeoutError, aiohttp.ClientError):
                 if handle.preempt is None:
