@@ -26,7 +26,9 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive
 
 from sluicegate.core.decisions import Admit, Expire, Preempt, PreemptAction, Reject
+from sluicegate.core.preemption import required_fraction
 from sluicegate.core.ticket import Outcome, Ticket, TicketId, Usage
+from sluicegate.gateway.assemble import StreamAssembler, streamable_copy
 from sluicegate.gateway.auth import bearer
 from sluicegate.gateway.body import read_body
 from sluicegate.gateway.classify import Endpoint, classify, estimate_prompt_tokens, parse_body
@@ -228,21 +230,35 @@ class InferenceHandler:
 
     async def _unary(self, request: Request, ticket: Ticket, admit: Admit, raw: bytes) -> Response:
         state = self.state
+        # A request that may be preempted with ``abort`` is streamed from the engine and
+        # reassembled here, so that a preemption still returns the text generated so far.
+        streamed = self._may_abort(ticket)
+        upstream_body = (streamable_copy(raw) if streamed else None) or raw
         while True:
             handle = state.driver.handle(ticket.id)
             url = state.backend_url(ticket.model, admit.backend) + self.path
+            assembler = StreamAssembler(self.endpoint) if upstream_body is not raw else None
             try:
-                response = await _race(request, state.upstream.post(url, raw, ticket.id), handle)
+                response = await _race(
+                    request, state.upstream.post(url, upstream_body, ticket.id), handle
+                )
                 try:
-                    body = await _race(request, state.upstream.read(response), handle)
-                finally:
-                    response.release()
+                    if assembler is not None and response.status == 200:
+                        await _race(request, self._gather(ticket, response, assembler), handle)
+                        body = assembler.body(prompt_tokens=ticket.prompt_tokens)
+                    else:
+                        body = await _race(request, state.upstream.read(response), handle)
+                except BaseException:
+                    response.close()
+                    raise
+                response.release()
             except _PreemptedError:
                 preempt = handle.preempt
                 assert preempt is not None
-                next_admit = await self._after_preempt(request, ticket, preempt)
+                generated = len(assembler.parts) if assembler is not None else 0
+                next_admit = await self._after_preempt(request, ticket, preempt, generated)
                 if next_admit is None:
-                    return self._preempted_body(ticket, admit)
+                    return self._preempted_body(ticket, admit, assembler)
                 admit = next_admit
                 continue
             except _DisconnectedError:
@@ -254,39 +270,52 @@ class InferenceHandler:
                 raise
             return self._relay_unary(ticket, admit, response.status, body)
 
+    def _may_abort(self, ticket: Ticket) -> bool:
+        """Whether the ticket's lane could preempt it with ``abort``."""
+        lane = self.state.models[ticket.model].lane(ticket.lane)
+        return (
+            self.endpoint != "embeddings"
+            and lane.preempt_action == "abort"
+            and required_fraction(lane, ticket.priority) is not None
+        )
+
+    async def _gather(
+        self, ticket: Ticket, response: aiohttp.ClientResponse, assembler: StreamAssembler
+    ) -> None:
+        try:
+            async for data in response.content.iter_any():
+                assembler.feed(data)
+                self.state.driver.progress(ticket.id, len(assembler.parts))
+        except TimeoutError as exc:
+            raise GatewayError(504, "upstream_timeout", "the engine stopped answering") from exc
+        except aiohttp.ClientError as exc:
+            raise GatewayError(502, "upstream_error", "the engine's answer was cut off") from exc
+        if not assembler.done:
+            raise GatewayError(502, "upstream_error", "the engine ended the answer early")
+
     async def _after_preempt(
-        self, request: Request, ticket: Ticket, preempt: Preempt
+        self, request: Request, ticket: Ticket, preempt: Preempt, generated: int
     ) -> Admit | None:
         """Free the preempted slot; for ``requeue`` wait for the next admission."""
         driver = self.state.driver
         if preempt.action is PreemptAction.REQUEUE:
             waiting = driver.requeue_wait(ticket.id)
-            driver.complete(ticket.id, Usage(ticket.prompt_tokens, 0))
+            driver.complete(ticket.id, Usage(ticket.prompt_tokens, generated))
             return await self._verdict(request, ticket, waiting)
-        self._finish(ticket, Usage(ticket.prompt_tokens, 0), Outcome.PREEMPTED, None)
+        usage = Usage(ticket.prompt_tokens, generated)
+        self._finish(ticket, usage, Outcome.PREEMPTED, None)
         return None
 
-    def _preempted_body(self, ticket: Ticket, admit: Admit) -> Response:
-        message: dict[str, object] = {"role": "assistant", "content": ""}
-        choice: dict[str, object] = (
-            {"index": 0, "message": message, "finish_reason": "preempted"}
-            if self.endpoint == "chat"
-            else {"index": 0, "text": "", "finish_reason": "preempted"}
-        )
-        body = {
-            "id": ticket.id,
-            "object": "chat.completion" if self.endpoint == "chat" else "text_completion",
-            "created": int(time.time()),
-            "model": ticket.model,
-            "choices": [choice],
-            "usage": {
-                "prompt_tokens": ticket.prompt_tokens,
-                "completion_tokens": 0,
-                "total_tokens": ticket.prompt_tokens,
-            },
-        }
+    def _preempted_body(
+        self, ticket: Ticket, admit: Admit, assembler: StreamAssembler | None
+    ) -> Response:
+        if assembler is None:
+            assembler = StreamAssembler(self.endpoint)
+        if not assembler.id:
+            assembler.id, assembler.model = ticket.id, ticket.model
+        body = assembler.body(prompt_tokens=ticket.prompt_tokens, finish_reason="preempted")
         headers = {**self._headers(ticket, admit), "X-Sluicegate-Preempted": "1"}
-        return Response(orjson.dumps(body), media_type="application/json", headers=headers)
+        return Response(body, media_type="application/json", headers=headers)
 
     def _relay_unary(self, ticket: Ticket, admit: Admit, status: int, body: bytes) -> Response:
         try:
