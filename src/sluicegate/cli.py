@@ -126,26 +126,18 @@ def simulate(
     """Replay a trace or synthetic load through the real scheduler under a virtual clock."""
     from sluicegate.sim.command import (
         DEFAULT_POLICIES,
-        WorkloadOptions,
         build_workload,
         default_config,
-        parse_pair,
+        workload_options,
     )
     from sluicegate.sim.run import run_comparison
 
     try:
         loaded = load_config(config) if config is not None else default_config()
-        options = WorkloadOptions(
-            trace=trace,
-            poisson_rate=poisson_rate,
-            gamma=parse_pair(gamma, "--gamma") if gamma else None,
-            duration_s=duration,
-            window=parse_pair(window, "--window") if window else None,
-            rate_scale=rate_scale,
-            mix=mix,
-            seed=seed,
-            max_tokens=max_tokens,
-        )
+        options = workload_options(
+            trace=trace, poisson_rate=poisson_rate, gamma=gamma, duration_s=duration,
+            window=window, rate_scale=rate_scale, mix=mix, seed=seed, max_tokens=max_tokens,
+        )  # fmt: skip
         requests = build_workload(options)
         multipliers = [float(k) for k in sweep.split(",")] if sweep else None
         run_comparison(
@@ -189,21 +181,14 @@ def bench(
 ) -> None:
     """Open-loop load: arrivals on a schedule, independent of responses."""
     from sluicegate.bench.command import BenchOptions, parse_assignments, run_bench
-    from sluicegate.sim.command import WorkloadOptions, build_workload, parse_pair
+    from sluicegate.sim.command import build_workload, workload_options
 
     try:
-        schedule = build_workload(
-            WorkloadOptions(
-                trace=trace,
-                poisson_rate=poisson_rate,
-                gamma=parse_pair(gamma, "--gamma") if gamma else None,
-                duration_s=duration,
-                window=parse_pair(window, "--window") if window else None,
-                rate_scale=rate_scale,
-                mix=mix,
-                seed=seed,
-            )
-        )
+        options_in = workload_options(
+            trace=trace, poisson_rate=poisson_rate, gamma=gamma, duration_s=duration,
+            window=window, rate_scale=rate_scale, mix=mix, seed=seed,
+        )  # fmt: skip
+        schedule = build_workload(options_in)
         options = BenchOptions(
             url=url,
             model=model,

@@ -43,6 +43,32 @@ class WorkloadOptions:
     max_tokens: str = "exact"
 
 
+def workload_options(
+    *,
+    trace: Path | None,
+    poisson_rate: float | None,
+    gamma: str | None,
+    duration_s: float,
+    window: str | None,
+    rate_scale: float,
+    mix: str | None,
+    seed: int,
+    max_tokens: str = "exact",
+) -> WorkloadOptions:
+    """Options from the CLI's strings (``RATE:CV``, ``START:DURATION``), checked."""
+    return WorkloadOptions(
+        trace=trace,
+        poisson_rate=poisson_rate,
+        gamma=parse_pair(gamma, "--gamma") if gamma else None,
+        duration_s=duration_s,
+        window=parse_pair(window, "--window") if window else None,
+        rate_scale=rate_scale,
+        mix=mix,
+        seed=seed,
+        max_tokens=max_tokens,
+    )
+
+
 def default_config() -> Config:
     """One model with the default lanes, the 8B preset, one replica."""
     return parse_config(DEFAULT_CONFIG, source="<built-in>")
