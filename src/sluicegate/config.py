@@ -37,8 +37,29 @@ class ServerSpec(BaseModel):
     chars_per_token: float = Field(4.0, gt=0.0, description="prompt token estimate: chars / this")
     default_max_tokens: int = Field(1024, ge=1, description="when a request gives no max_tokens")
     scrape_interval_s: float = Field(2.0, gt=0.0)
-    upstream_connect_timeout_s: float = Field(5.0, gt=0.0)
-    upstream_read_timeout_s: float = Field(300.0, gt=0.0)
+    upstream_connect_timeout_s: float = Field(5.0, gt=0.0, description="TCP connect to an engine")
+    upstream_first_byte_timeout_s: float = Field(
+        300.0,
+        gt=0.0,
+        description="forwarding to the engine's first byte (headers; for a stream, first event)",
+    )
+    upstream_idle_timeout_s: float = Field(
+        60.0, gt=0.0, description="longest silence tolerated from an engine mid-answer"
+    )
+    client_header_timeout_s: float = Field(
+        10.0, gt=0.0, description="first byte of a request to the end of its headers (408)"
+    )
+    client_body_timeout_s: float = Field(
+        30.0, gt=0.0, description="end of the headers to the end of the body (408)"
+    )
+    client_stall_timeout_s: float = Field(
+        30.0, gt=0.0, description="a streaming client that stops reading is dropped after this"
+    )
+    client_write_buffer_bytes: int = Field(
+        256 * 1024, ge=4096, description="response bytes buffered per connection at most"
+    )
+    max_header_bytes: int = Field(32 * 1024, ge=1024, description="request line + headers (431)")
+    max_headers: int = Field(100, ge=8, description="header fields per request (431)")
 
 
 class TenantConfig(TenantSpec):

@@ -24,7 +24,9 @@ from starlette.types import ASGIApp
 from sluicegate.config import Config, parse_config
 from sluicegate.emulator import build_app as build_emulator
 from sluicegate.engine import EngineConfig, preset
+from sluicegate.gateway.app import GatewayApp, connection_limits
 from sluicegate.gateway.app import build_app as build_gateway
+from sluicegate.gateway.protocol import uvicorn_protocol_kwargs
 
 MODEL = "tiny"
 ADMIN_KEY = "admin-secret-canary"
@@ -38,9 +40,14 @@ class _Running:
 
 
 def _start(app: ASGIApp, port: int = 0) -> _Running:
+    # The gateway runs with its guarded protocol (header/body timeouts, header caps), as
+    # ``sluicegate serve`` does; engines with plain httptools.
+    http: dict[str, Any] = {"http": "httptools"}
+    if isinstance(app, GatewayApp):
+        http = uvicorn_protocol_kwargs(connection_limits(app.gateway.config))
     server = uvicorn.Server(
         uvicorn.Config(
-            app, host="127.0.0.1", port=port, loop="uvloop", http="httptools", ws="none",
+            app, host="127.0.0.1", port=port, loop="uvloop", ws="none", **http,
             lifespan="on", log_level="warning", access_log=False, timeout_graceful_shutdown=2,
         )
     )  # fmt: skip

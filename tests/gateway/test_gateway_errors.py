@@ -252,9 +252,9 @@ def test_failed_health_probe_refuses_with_503_no_healthy_backend() -> None:
 
 
 def test_engine_slower_than_the_read_timeout_is_504_and_aborted() -> None:
-    """A non-streamed answer slower than ``upstream_read_timeout_s`` → 504
+    """A non-streamed answer slower than ``upstream_idle_timeout_s`` → 504
     ``upstream_timeout``; the engine request is aborted and the slot freed."""
-    body = "server: {upstream_read_timeout_s: 0.3}\n"
+    body = "server: {upstream_first_byte_timeout_s: 0.3}\n"
     with stack(body, engine=engine_config(base_s=0.05)) as gateway:
         reply = http_call(gateway.base_url, "POST", "/v1/completions", json=HI)
         aborted = wait_until(lambda: engine_stats(gateway.engine_url())["aborted_total"] == 1, 1.0)
@@ -267,9 +267,9 @@ def test_engine_slower_than_the_read_timeout_is_504_and_aborted() -> None:
 
 
 def test_stalled_stream_ends_with_an_error_event_and_done() -> None:
-    """A stream whose engine goes silent past the read timeout ends with an OpenAI-shaped
-    ``upstream_error`` event and ``[DONE]``; the engine request is aborted."""
-    body = "server: {upstream_read_timeout_s: 0.2}\n"
+    """A stream whose engine goes silent past the idle timeout ends with an OpenAI-shaped
+    ``upstream_timeout`` event and ``[DONE]``; the engine request is aborted."""
+    body = "server: {upstream_idle_timeout_s: 0.2}\n"
     with stack(body, engine=engine_config(base_s=0.4)) as gateway:
         reply = http_call(gateway.base_url, "POST", "/v1/completions", json={**HI, "stream": True})
         aborted = wait_until(lambda: engine_stats(gateway.engine_url())["aborted_total"] == 1, 1.0)
@@ -277,5 +277,5 @@ def test_stalled_stream_ends_with_an_error_event_and_done() -> None:
     assert reply.status == 200
     assert events[-1] == b"[DONE]"
     error = orjson.loads(events[-2])["error"]
-    assert (error["code"], error["type"]) == ("upstream_error", "api_error")
+    assert (error["code"], error["type"]) == ("upstream_timeout", "api_error")
     assert aborted

@@ -16,28 +16,27 @@ import itertools
 import os
 import time
 import zlib
-from collections.abc import AsyncIterator, Awaitable
-from typing import TypeVar
 
 import aiohttp
 import orjson
-from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
-from starlette.types import Receive
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import Receive, Scope, Send
 
 from sluicegate.core.decisions import Admit, Expire, Preempt, PreemptAction, Reject
 from sluicegate.core.preemption import required_fraction
 from sluicegate.core.ticket import Outcome, Ticket, TicketId, Usage
+from sluicegate.gateway.asgi import JSON, SSE, Headers, abort_connection, send_body, send_error
 from sluicegate.gateway.assemble import StreamAssembler, streamable_copy
 from sluicegate.gateway.auth import bearer
 from sluicegate.gateway.body import read_body
 from sluicegate.gateway.classify import Endpoint, classify, estimate_prompt_tokens, parse_body
 from sluicegate.gateway.driver import RunningHandle, Verdict
-from sluicegate.gateway.errors import GatewayError, error_response
+from sluicegate.gateway.errors import GatewayError
+from sluicegate.gateway.interrupts import Interrupt, Interruptible, WaitInterruptedError
+from sluicegate.gateway.metrics import LaneMetrics
 from sluicegate.gateway.sse import SseScanner
 from sluicegate.gateway.state import GatewayState
 
-T = TypeVar("T")
 PATHS: dict[Endpoint, str] = {
     "chat": "/v1/chat/completions",
     "completions": "/v1/completions",
@@ -45,55 +44,6 @@ PATHS: dict[Endpoint, str] = {
 }
 _ids = itertools.count(1)
 _PREFIX = f"{os.getpid():x}"
-
-
-class _DisconnectedError(Exception):
-    """The client went away while we waited on its behalf."""
-
-
-class _PreemptedError(Exception):
-    """The scheduler preempted this request while it ran."""
-
-
-async def _until_disconnect(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-def _settle(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-async def _race(request: Request, work: Awaitable[T], handle: RunningHandle | None = None) -> T:
-    """Await ``work`` unless the client disconnects (or the request is preempted) first."""
-    task: asyncio.Future[T] = asyncio.ensure_future(work)
-    disconnect: asyncio.Future[None] = asyncio.ensure_future(_until_disconnect(request.receive))
-    preempted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    if handle is not None:
-        if handle.preempt is not None:
-            preempted.set_result(None)
-        else:
-            handle.on_preempt = lambda _decision: _settle(preempted)
-    try:
-        await asyncio.wait((task, disconnect, preempted), return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        task.cancel()
-        raise
-    finally:
-        disconnect.cancel()
-        if handle is not None:
-            handle.on_preempt = None
-    if task.done():
-        preempted.cancel()
-        return task.result()
-    task.cancel()
-    if preempted.done() and not preempted.cancelled():
-        raise _PreemptedError
-    preempted.cancel()
-    raise _DisconnectedError
 
 
 def _preempted_chunk(endpoint: Endpoint, request_id: str) -> bytes:
@@ -112,20 +62,33 @@ def _error_event(code: str, message: str) -> bytes:
     return b"data: " + orjson.dumps(body) + b"\n\ndata: [DONE]\n\n"
 
 
+async def _watch(receive: Receive, interrupts: Interruptible) -> None:
+    """Turn the client's disconnect into an interrupt (one task per admitted request)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            interrupts.fire(Interrupt.DISCONNECTED)
+            return
+
+
 class InferenceHandler:
-    """Serves one OpenAI inference endpoint through the scheduler."""
+    """Serves one OpenAI inference endpoint through the scheduler, as a plain ASGI app."""
 
     def __init__(self, state: GatewayState, endpoint: Endpoint) -> None:
         self.state = state
         self.endpoint = endpoint
         self.path = PATHS[endpoint]
+        server = state.config.server
+        self._first_byte_s = server.upstream_first_byte_timeout_s
+        self._idle_s = server.upstream_idle_timeout_s
+        self._stall_s = server.client_stall_timeout_s
 
-    async def handle(self, request: Request) -> Response:
-        """Handle one request; every failure is an OpenAI-shaped error."""
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Handle one request; every failure before the response starts is an OpenAI error."""
         try:
-            return await self._handle(request)
+            await self._handle(scope, receive, send)
         except GatewayError as exc:
-            return exc.response()
+            await send_error(send, exc)
 
     def _tenant(self, request: Request) -> str:
         state = self.state
@@ -137,11 +100,15 @@ class InferenceHandler:
             raise GatewayError(401, "invalid_api_key", "missing or unknown API key")
         return tenant
 
-    async def _handle(self, request: Request) -> Response:
+    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         state = self.state
         arrival = state.driver.now()
+        request = Request(scope, receive)
         tenant = self._tenant(request)
-        raw = await read_body(request, state.config.server.max_body_bytes)
+        try:
+            raw = await read_body(request, state.config.server.max_body_bytes)
+        except ClientDisconnect:
+            return
         parsed = parse_body(raw, self.endpoint)
         model = state.models.get(parsed.model)
         if model is None:
@@ -173,102 +140,179 @@ class InferenceHandler:
             prefix_key=zlib.crc32(parsed.prefix.encode()) if parsed.prefix else None,
             streaming=parsed.stream,
         )
-        verdict = await self._verdict(request, ticket, state.driver.submit(ticket))
-        if verdict is None:
-            return Response(status_code=499)
-        if parsed.stream:
-            return await self._stream(request, ticket, verdict, raw)
-        return await self._unary(request, ticket, verdict, raw)
-
-    async def _verdict(
-        self, request: Request, ticket: Ticket, waiting: asyncio.Future[Verdict]
-    ) -> Admit | None:
-        """Wait for admission; ``None`` if the client left; raise on reject/expire."""
+        metrics = state.metrics.lane(ticket.model, ticket.lane)
+        waiting = state.driver.submit(ticket)
+        if waiting.done():
+            verdict = waiting.result()
+            if not isinstance(verdict, Admit):
+                self._refuse(ticket, verdict, metrics)
+        interrupts = Interruptible()
+        watcher = asyncio.create_task(_watch(receive, interrupts))
         try:
-            verdict = waiting.result() if waiting.done() else await _race(request, waiting)
-        except (_DisconnectedError, asyncio.CancelledError):
-            self.state.driver.cancel(ticket.id)
-            self.state.metrics.ended(ticket.model, ticket.lane, Outcome.CANCELLED)
-            return None
+            admit = await self._verdict(interrupts, ticket, waiting, metrics)
+            if admit is None:
+                return
+            if parsed.stream:
+                await self._stream(scope, send, interrupts, ticket, admit, raw, metrics)
+            else:
+                await self._unary(send, interrupts, ticket, admit, raw, metrics)
+        finally:
+            watcher.cancel()
+            interrupts.close()
+
+    def _refuse(self, ticket: Ticket, verdict: Reject | Expire, metrics: LaneMetrics) -> None:
+        """Raise the error a rejected or expired ticket is answered with."""
         if isinstance(verdict, Reject):
-            self.state.metrics.ended(ticket.model, ticket.lane, verdict.outcome)
+            metrics.ended(verdict.outcome)
             raise GatewayError(
                 verdict.status,
                 verdict.code.value,
                 verdict.message,
                 retry_after_s=verdict.retry_after_s,
             )
-        if isinstance(verdict, Expire):
-            self.state.metrics.ended(ticket.model, ticket.lane, Outcome.EXPIRED)
-            raise GatewayError(
-                503,
-                "queue_timeout",
-                "request waited too long in the queue",
-                retry_after_s=verdict.retry_after_s,
-            )
-        self.state.metrics.queue_wait.labels(ticket.model, ticket.lane).observe(verdict.queued_s)
+        metrics.ended(Outcome.EXPIRED)
+        raise GatewayError(
+            503,
+            "queue_timeout",
+            "request waited too long in the queue",
+            retry_after_s=verdict.retry_after_s,
+        )
+
+    async def _verdict(
+        self,
+        interrupts: Interruptible,
+        ticket: Ticket,
+        waiting: asyncio.Future[Verdict],
+        metrics: LaneMetrics,
+    ) -> Admit | None:
+        """Wait for admission; ``None`` if the client left; raise on reject/expire."""
+        try:
+            if waiting.cancelled():
+                raise WaitInterruptedError(Interrupt.DISCONNECTED)
+            if waiting.done():
+                verdict = waiting.result()
+            else:
+                interrupts.arm()
+                try:
+                    verdict = await waiting
+                except asyncio.CancelledError:
+                    raise interrupts.interrupted() from None
+                finally:
+                    interrupts.disarm()
+        except WaitInterruptedError:
+            self.state.driver.cancel(ticket.id)
+            metrics.ended(Outcome.CANCELLED)
+            return None
+        if not isinstance(verdict, Admit):
+            self._refuse(ticket, verdict, metrics)
+        assert isinstance(verdict, Admit)
+        metrics.queue_wait.observe(verdict.queued_s)
         return verdict
 
-    def _headers(self, ticket: Ticket, admit: Admit) -> dict[str, str]:
-        return {
-            "X-Sluicegate-Queue-Ms": f"{admit.queued_s * 1000:.1f}",
-            "X-Sluicegate-Lane": ticket.lane,
-        }
+    def _headers(self, ticket: Ticket, admit: Admit) -> Headers:
+        return [
+            (b"x-sluicegate-queue-ms", b"%.1f" % (admit.queued_s * 1000)),
+            (b"x-sluicegate-lane", ticket.lane.encode()),
+        ]
 
-    def _finish(self, ticket: Ticket, usage: Usage, outcome: Outcome, ttft_s: float | None) -> None:
+    def _finish(
+        self,
+        ticket: Ticket,
+        usage: Usage,
+        outcome: Outcome,
+        ttft_s: float | None,
+        metrics: LaneMetrics,
+    ) -> None:
         state = self.state
         state.driver.complete(ticket.id, usage)
-        now = state.driver.now()
-        metrics = state.metrics
-        metrics.ended(ticket.model, ticket.lane, outcome)
-        metrics.duration.labels(ticket.model, ticket.lane).observe(now - ticket.arrival)
+        metrics.ended(outcome)
+        metrics.duration.observe(state.driver.now() - ticket.arrival)
         if ttft_s is not None:
-            metrics.ttft.labels(ticket.model, ticket.lane).observe(ttft_s)
-        metrics.served(ticket.model, ticket.tenant, usage.prompt_tokens, usage.completion_tokens)
+            metrics.ttft.observe(ttft_s)
+        state.metrics.served(
+            ticket.model, ticket.tenant, usage.prompt_tokens, usage.completion_tokens
+        )
+
+    def _watch_preemption(self, interrupts: Interruptible, handle: RunningHandle) -> None:
+        handle.on_preempt = interrupts.preempted
+        if handle.preempt is not None:
+            interrupts.fire(Interrupt.PREEMPTED)
 
     # ------------------------------------------------------------------ unary
 
-    async def _unary(self, request: Request, ticket: Ticket, admit: Admit, raw: bytes) -> Response:
+    async def _unary(
+        self,
+        send: Send,
+        interrupts: Interruptible,
+        ticket: Ticket,
+        admit: Admit,
+        raw: bytes,
+        metrics: LaneMetrics,
+    ) -> None:
         state = self.state
         # A request that may be preempted with ``abort`` is streamed from the engine and
         # reassembled here, so that a preemption still returns the text generated so far.
         streamed = self._may_abort(ticket)
         upstream_body = (streamable_copy(raw) if streamed else None) or raw
+        failed = Usage(ticket.prompt_tokens, 0, ok=False)
         while True:
             handle = state.driver.handle(ticket.id)
             url = state.backend_url(ticket.model, admit.backend) + self.path
             assembler = StreamAssembler(self.endpoint) if upstream_body is not raw else None
+            response: aiohttp.ClientResponse | None = None
+            self._watch_preemption(interrupts, handle)
             try:
-                response = await _race(
-                    request, state.upstream.post(url, upstream_body, ticket.id), handle
-                )
+                interrupts.arm()
+                interrupts.upstream.after(self._first_byte_s)
                 try:
+                    response = await state.upstream.post(url, upstream_body, ticket.id)
+                    interrupts.upstream.after(self._idle_s)
                     if assembler is not None and response.status == 200:
-                        await _race(request, self._gather(ticket, response, assembler), handle)
+                        await self._gather(interrupts, ticket, response, assembler)
                         body = assembler.body(prompt_tokens=ticket.prompt_tokens)
                     else:
-                        body = await _race(request, state.upstream.read(response), handle)
-                except BaseException:
+                        body = await state.upstream.read(response)
+                except asyncio.CancelledError:
+                    raise interrupts.interrupted() from None
+                finally:
+                    interrupts.disarm()
+                    interrupts.upstream.clear()
+                    handle.on_preempt = None
+            except WaitInterruptedError as exc:
+                if response is not None:
                     response.close()
-                    raise
-                response.release()
-            except _PreemptedError:
-                preempt = handle.preempt
-                assert preempt is not None
-                generated = len(assembler.parts) if assembler is not None else 0
-                next_admit = await self._after_preempt(request, ticket, preempt, generated)
-                if next_admit is None:
-                    return self._preempted_body(ticket, admit, assembler)
-                admit = next_admit
-                continue
-            except _DisconnectedError:
-                self._finish(ticket, Usage(ticket.prompt_tokens, 0), Outcome.CANCELLED, None)
-                return Response(status_code=499)
-            except GatewayError:
-                usage = Usage(ticket.prompt_tokens, 0, ok=False)
-                self._finish(ticket, usage, Outcome.UPSTREAM_ERROR, None)
+                if exc.reason is Interrupt.PREEMPTED:
+                    preempt = handle.preempt
+                    assert preempt is not None
+                    interrupts.reset()
+                    generated = len(assembler.parts) if assembler is not None else 0
+                    next_admit = await self._after_preempt(
+                        interrupts, ticket, preempt, generated, metrics
+                    )
+                    if next_admit is None:
+                        if not interrupts.gone:
+                            await self._send_preempted_body(send, ticket, admit, assembler)
+                        return
+                    admit = next_admit
+                    continue
+                if exc.reason is Interrupt.UPSTREAM_TIMEOUT:
+                    self._finish(ticket, failed, Outcome.UPSTREAM_ERROR, None, metrics)
+                    raise GatewayError(
+                        504, "upstream_timeout", "the engine did not answer in time"
+                    ) from None
+                self._finish(
+                    ticket, Usage(ticket.prompt_tokens, 0), Outcome.CANCELLED, None, metrics
+                )
+                return
+            except BaseException as exc:
+                if response is not None:
+                    response.close()
+                if isinstance(exc, GatewayError):
+                    self._finish(ticket, failed, Outcome.UPSTREAM_ERROR, None, metrics)
                 raise
-            return self._relay_unary(ticket, admit, response.status, body)
+            response.release()
+            await self._relay_unary(send, ticket, admit, response.status, body, metrics)
+            return
 
     def _may_abort(self, ticket: Ticket) -> bool:
         """Whether the ticket's lane could preempt it with ``abort``."""
@@ -280,53 +324,69 @@ class InferenceHandler:
         )
 
     async def _gather(
-        self, ticket: Ticket, response: aiohttp.ClientResponse, assembler: StreamAssembler
+        self,
+        interrupts: Interruptible,
+        ticket: Ticket,
+        response: aiohttp.ClientResponse,
+        assembler: StreamAssembler,
     ) -> None:
+        driver = self.state.driver
         try:
             async for data in response.content.iter_any():
+                interrupts.upstream.after(self._idle_s)
                 assembler.feed(data)
-                self.state.driver.progress(ticket.id, len(assembler.parts))
-        except TimeoutError as exc:
-            raise GatewayError(504, "upstream_timeout", "the engine stopped answering") from exc
+                driver.progress(ticket.id, len(assembler.parts))
         except aiohttp.ClientError as exc:
             raise GatewayError(502, "upstream_error", "the engine's answer was cut off") from exc
         if not assembler.done:
             raise GatewayError(502, "upstream_error", "the engine ended the answer early")
 
     async def _after_preempt(
-        self, request: Request, ticket: Ticket, preempt: Preempt, generated: int
+        self,
+        interrupts: Interruptible,
+        ticket: Ticket,
+        preempt: Preempt,
+        generated: int,
+        metrics: LaneMetrics,
     ) -> Admit | None:
         """Free the preempted slot; for ``requeue`` wait for the next admission."""
         driver = self.state.driver
         if preempt.action is PreemptAction.REQUEUE:
             waiting = driver.requeue_wait(ticket.id)
             driver.complete(ticket.id, Usage(ticket.prompt_tokens, generated))
-            return await self._verdict(request, ticket, waiting)
+            return await self._verdict(interrupts, ticket, waiting, metrics)
         usage = Usage(ticket.prompt_tokens, generated)
-        self._finish(ticket, usage, Outcome.PREEMPTED, None)
+        self._finish(ticket, usage, Outcome.PREEMPTED, None, metrics)
         return None
 
-    def _preempted_body(
-        self, ticket: Ticket, admit: Admit, assembler: StreamAssembler | None
-    ) -> Response:
+    async def _send_preempted_body(
+        self, send: Send, ticket: Ticket, admit: Admit, assembler: StreamAssembler | None
+    ) -> None:
         if assembler is None:
             assembler = StreamAssembler(self.endpoint)
         if not assembler.id:
             assembler.id, assembler.model = ticket.id, ticket.model
         body = assembler.body(prompt_tokens=ticket.prompt_tokens, finish_reason="preempted")
-        headers = {**self._headers(ticket, admit), "X-Sluicegate-Preempted": "1"}
-        return Response(body, media_type="application/json", headers=headers)
+        headers = [JSON, *self._headers(ticket, admit), (b"x-sluicegate-preempted", b"1")]
+        await send_body(send, 200, body, headers)
 
-    def _relay_unary(self, ticket: Ticket, admit: Admit, status: int, body: bytes) -> Response:
+    async def _relay_unary(
+        self,
+        send: Send,
+        ticket: Ticket,
+        admit: Admit,
+        status: int,
+        body: bytes,
+        metrics: LaneMetrics,
+    ) -> None:
         try:
             parsed = orjson.loads(body)
         except orjson.JSONDecodeError:
             parsed = None
         if status >= 500 or not isinstance(parsed, dict):
-            self._finish(
-                ticket, Usage(ticket.prompt_tokens, 0, ok=False), Outcome.UPSTREAM_ERROR, None
-            )
-            return error_response(502, "upstream_error", f"the engine answered {status}")
+            failed = Usage(ticket.prompt_tokens, 0, ok=False)
+            self._finish(ticket, failed, Outcome.UPSTREAM_ERROR, None, metrics)
+            raise GatewayError(502, "upstream_error", f"the engine answered {status}")
         usage = parsed.get("usage")
         prompt, completion = ticket.prompt_tokens, 0
         if isinstance(usage, dict):
@@ -334,89 +394,132 @@ class InferenceHandler:
             completion = int(usage.get("completion_tokens") or 0)
         elapsed = self.state.driver.now() - ticket.arrival
         outcome = Outcome.COMPLETED if status < 400 else Outcome.UPSTREAM_ERROR
-        self._finish(ticket, Usage(prompt, completion, ttft_s=None), outcome, elapsed)
-        return Response(
-            body,
-            status_code=status,
-            media_type="application/json",
-            headers=self._headers(ticket, admit),
-        )
+        self._finish(ticket, Usage(prompt, completion, ttft_s=None), outcome, elapsed, metrics)
+        await send_body(send, status, body, [JSON, *self._headers(ticket, admit)])
 
     # ------------------------------------------------------------------ stream
 
-    async def _stream(self, request: Request, ticket: Ticket, admit: Admit, raw: bytes) -> Response:
+    async def _stream(
+        self,
+        scope: Scope,
+        send: Send,
+        interrupts: Interruptible,
+        ticket: Ticket,
+        admit: Admit,
+        raw: bytes,
+        metrics: LaneMetrics,
+    ) -> None:
         state = self.state
         handle = state.driver.handle(ticket.id)
         url = state.backend_url(ticket.model, admit.backend) + self.path
+        self._watch_preemption(interrupts, handle)
         try:
-            response = await _race(request, state.upstream.post(url, raw, ticket.id), handle)
-        except _PreemptedError:
-            self._finish(ticket, Usage(ticket.prompt_tokens, 0), Outcome.PREEMPTED, None)
-            return StreamingResponse(
-                iter([_preempted_chunk(self.endpoint, ticket.id)]),
-                media_type="text/event-stream",
-                headers={**self._headers(ticket, admit), "X-Sluicegate-Preempted": "1"},
-            )
-        except _DisconnectedError:
-            self._finish(ticket, Usage(ticket.prompt_tokens, 0), Outcome.CANCELLED, None)
-            return Response(status_code=499)
+            interrupts.arm()
+            interrupts.upstream.after(self._first_byte_s)
+            try:
+                response = await state.upstream.post(url, raw, ticket.id)
+            except asyncio.CancelledError:
+                raise interrupts.interrupted() from None
+            finally:
+                interrupts.disarm()
+        except WaitInterruptedError as exc:
+            handle.on_preempt = None
+            if exc.reason is Interrupt.PREEMPTED:
+                usage = Usage(ticket.prompt_tokens, 0)
+                self._finish(ticket, usage, Outcome.PREEMPTED, None, metrics)
+                headers = [*SSE, *self._headers(ticket, admit), (b"x-sluicegate-preempted", b"1")]
+                await send_body(send, 200, _preempted_chunk(self.endpoint, ticket.id), headers)
+                return
+            if exc.reason is Interrupt.UPSTREAM_TIMEOUT:
+                failed = Usage(ticket.prompt_tokens, 0, ok=False)
+                self._finish(ticket, failed, Outcome.UPSTREAM_ERROR, None, metrics)
+                raise GatewayError(
+                    504, "upstream_timeout", "the engine did not answer in time"
+                ) from None
+            self._finish(ticket, Usage(ticket.prompt_tokens, 0), Outcome.CANCELLED, None, metrics)
+            return
         except GatewayError:
-            self._finish(
-                ticket, Usage(ticket.prompt_tokens, 0, ok=False), Outcome.UPSTREAM_ERROR, None
-            )
+            handle.on_preempt = None
+            failed = Usage(ticket.prompt_tokens, 0, ok=False)
+            self._finish(ticket, failed, Outcome.UPSTREAM_ERROR, None, metrics)
             raise
         if response.status != 200:
+            handle.on_preempt = None
+            interrupts.upstream.clear()
             try:
                 body = await state.upstream.read(response)
             except GatewayError:
                 body = b""
             finally:
                 response.release()
-            return self._relay_unary(ticket, admit, response.status, body)
-        return StreamingResponse(
-            self._relay(ticket, admit, response, handle),
-            media_type="text/event-stream",
-            headers={**self._headers(ticket, admit), "Cache-Control": "no-cache"},
+            await self._relay_unary(send, ticket, admit, response.status, body, metrics)
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [*SSE, *self._headers(ticket, admit)],
+            }
         )
+        await self._relay(scope, send, interrupts, ticket, admit, response, handle, metrics)
 
     async def _relay(
         self,
+        scope: Scope,
+        send: Send,
+        interrupts: Interruptible,
         ticket: Ticket,
         admit: Admit,
         response: aiohttp.ClientResponse,
         handle: RunningHandle,
-    ) -> AsyncIterator[bytes]:
+        metrics: LaneMetrics,
+    ) -> None:
         """Pass SSE bytes through as they arrive; account for them; end exactly once."""
         driver = self.state.driver
         scanner = SseScanner()
         ttft_s: float | None = None
         outcome = Outcome.COMPLETED
         ok = True
-        handle.on_preempt = lambda _decision: response.close()
+        tail: bytes | None = None
+        content = response.content
+        idle_s, stall_s = self._idle_s, self._stall_s
         try:
             try:
-                async for data in response.content.iter_any():
+                interrupts.arm()
+                while data := await content.readany():
+                    interrupts.upstream.after(idle_s)
                     if scanner.feed(data):
                         if ttft_s is None:
                             ttft_s = driver.now() - ticket.arrival
                         # Progress gates preemption of standard priorities (80% of max_tokens).
                         driver.progress(ticket.id, scanner.chunks)
-                    yield data
-            except (TimeoutError, aiohttp.ClientError):
-                if handle.preempt is None:
-                    ok, outcome = False, Outcome.UPSTREAM_ERROR
-                    yield _error_event("upstream_error", "the engine's stream was cut off")
-            if handle.preempt is not None:
+                    interrupts.client.after(stall_s)
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+                    interrupts.client.clear()
+            except asyncio.CancelledError:
+                raise interrupts.interrupted() from None
+            finally:
+                interrupts.disarm()
+                interrupts.upstream.clear()
+                interrupts.client.clear()
+                handle.on_preempt = None
+        except WaitInterruptedError as exc:
+            if exc.reason is Interrupt.PREEMPTED:
                 outcome = Outcome.PREEMPTED
-                yield _preempted_chunk(self.endpoint, ticket.id)
-            elif ok and not scanner.done:
+                tail = _preempted_chunk(self.endpoint, ticket.id)
+            elif exc.reason is Interrupt.UPSTREAM_TIMEOUT:
+                ok, outcome = False, Outcome.UPSTREAM_ERROR
+                tail = _error_event("upstream_timeout", "the engine's stream went silent")
+            else:
+                outcome = Outcome.CANCELLED
+        except aiohttp.ClientError:
+            ok, outcome = False, Outcome.UPSTREAM_ERROR
+            tail = _error_event("upstream_error", "the engine's stream was cut off")
+        else:
+            if not scanner.done:
                 ok, outcome = scanner.chunks > 0, Outcome.UPSTREAM_ERROR
-                yield _error_event("upstream_error", "the engine ended the stream early")
-        except asyncio.CancelledError:
-            outcome = Outcome.CANCELLED
-            raise
+                tail = _error_event("upstream_error", "the engine ended the stream early")
         finally:
-            handle.on_preempt = None
             response.close()
             completion = scanner.completion_tokens
             usage = Usage(
@@ -425,4 +528,27 @@ class InferenceHandler:
                 ttft_s=None if ttft_s is None else ttft_s - admit.queued_s,
                 ok=ok,
             )
-            self._finish(ticket, usage, outcome, ttft_s)
+            self._finish(ticket, usage, outcome, ttft_s, metrics)
+        if interrupts.reason is Interrupt.CLIENT_STALLED:
+            await abort_connection(scope)
+        elif outcome is not Outcome.CANCELLED:
+            await self._end_stream(scope, send, interrupts, tail or b"")
+
+    async def _end_stream(
+        self, scope: Scope, send: Send, interrupts: Interruptible, tail: bytes
+    ) -> None:
+        """Send the last bytes of a stream, still dropping a client that stopped reading."""
+        interrupts.reset()
+        try:
+            interrupts.arm()
+            interrupts.client.after(self._stall_s)
+            try:
+                await send({"type": "http.response.body", "body": tail, "more_body": False})
+            except asyncio.CancelledError:
+                raise interrupts.interrupted() from None
+            finally:
+                interrupts.disarm()
+                interrupts.client.clear()
+        except WaitInterruptedError as exc:
+            if exc.reason is Interrupt.CLIENT_STALLED:
+                await abort_connection(scope)

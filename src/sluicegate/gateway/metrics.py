@@ -85,6 +85,27 @@ class _SchedulerGauges(Collector):
         yield from (depth, inflight, limit, tokens, kv, healthy)
 
 
+class LaneMetrics:
+    """The metric children of one (model, lane), looked up once instead of per request."""
+
+    __slots__ = ("_outcomes", "_requests", "_values", "duration", "queue_wait", "ttft")
+
+    def __init__(self, metrics: GatewayMetrics, model: str, lane: str) -> None:
+        self.queue_wait = metrics.queue_wait.labels(model, lane)
+        self.ttft = metrics.ttft.labels(model, lane)
+        self.duration = metrics.duration.labels(model, lane)
+        self._requests = metrics.requests
+        self._values = (model, lane)
+        self._outcomes: dict[Outcome, Counter] = {}
+
+    def ended(self, outcome: Outcome) -> None:
+        """Count one request of this lane ending with ``outcome``."""
+        child = self._outcomes.get(outcome)
+        if child is None:
+            child = self._outcomes[outcome] = self._requests.labels(*self._values, outcome.value)
+        child.inc()
+
+
 class GatewayMetrics:
     """All of the gateway's metrics, in a registry of its own."""
 
@@ -125,6 +146,15 @@ class GatewayMetrics:
             registry=self.registry,
         )
         self.registry.register(_SchedulerGauges(scheduler))
+        self._lanes: dict[tuple[str, str], LaneMetrics] = {}
+        self._token_children: dict[tuple[str, str], tuple[Counter, Counter]] = {}
+
+    def lane(self, model: str, lane: str) -> LaneMetrics:
+        """The cached children of ``(model, lane)``."""
+        found = self._lanes.get((model, lane))
+        if found is None:
+            found = self._lanes[(model, lane)] = LaneMetrics(self, model, lane)
+        return found
 
     def tenant_label(self, tenant: str) -> str:
         """The tenant as a bounded label value."""
@@ -132,10 +162,18 @@ class GatewayMetrics:
 
     def ended(self, model: str, lane: str, outcome: Outcome) -> None:
         """Count one request ending with ``outcome``."""
-        self.requests.labels(model, lane, outcome.value).inc()
+        self.lane(model, lane).ended(outcome)
 
     def served(self, model: str, tenant: str, prompt_tokens: int, completion_tokens: int) -> None:
         """Count tokens served for ``tenant``."""
-        label = self.tenant_label(tenant)
-        self.tokens.labels(model, label, "prompt").inc(prompt_tokens)
-        self.tokens.labels(model, label, "completion").inc(completion_tokens)
+        children = self._token_children.get((model, tenant))
+        if children is None:
+            label = self.tenant_label(tenant)
+            children = (
+                self.tokens.labels(model, label, "prompt"),
+                self.tokens.labels(model, label, "completion"),
+            )
+            if len(self._token_children) < 100_000:
+                self._token_children[(model, tenant)] = children
+        children[0].inc(prompt_tokens)
+        children[1].inc(completion_tokens)

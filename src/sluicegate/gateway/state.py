@@ -43,10 +43,7 @@ class GatewayState:
         self.scheduler = Scheduler(config.scheduler_spec())
         self.metrics = GatewayMetrics(self.scheduler, self._tenants)
         self.driver = SchedulerDriver(self.scheduler)
-        self.upstream = Upstream(
-            connect_timeout_s=config.server.upstream_connect_timeout_s,
-            read_timeout_s=config.server.upstream_read_timeout_s,
-        )
+        self.upstream = Upstream(connect_timeout_s=config.server.upstream_connect_timeout_s)
 
     def tenant_spec(self, tenant: str) -> TenantSpec:
         """The tenant's scheduling settings (defaults for the anonymous tenant)."""

@@ -1,4 +1,9 @@
-"""The pooled upstream HTTP client (aiohttp), with errors mapped once to gateway errors."""
+"""The pooled upstream HTTP client (aiohttp), with errors mapped once to gateway errors.
+
+Only the connect timeout is aiohttp's; first-byte and idle timeouts are the
+handler's deadlines (``interrupts.Deadline``), because aiohttp's read timeout
+cannot tell waiting for a long answer's headers from silence mid-stream.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +17,9 @@ FORWARD_HEADERS = {"Content-Type": "application/json", "Accept-Encoding": "ident
 class Upstream:
     """One ``aiohttp.ClientSession`` shared by every backend, opened in the app's lifespan."""
 
-    def __init__(self, *, connect_timeout_s: float, read_timeout_s: float) -> None:
+    def __init__(self, *, connect_timeout_s: float) -> None:
         self._timeout = aiohttp.ClientTimeout(
-            total=None, connect=connect_timeout_s, sock_read=read_timeout_s
+            total=None, connect=connect_timeout_s, sock_connect=connect_timeout_s
         )
         self._session: aiohttp.ClientSession | None = None
 
