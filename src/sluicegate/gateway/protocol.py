@@ -64,7 +64,12 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
     class GuardedHttpToolsProtocol(HttpToolsProtocol):
         """``HttpToolsProtocol`` plus the limits above."""
 
+        # One lazy timer per connection: moving the deadline is two stores; the timer
+        # re-arms itself when it finds the deadline moved, and stops when none is pending.
         _guard: asyncio.TimerHandle | None = None
+        _guard_at = 0.0
+        _due = 0.0
+        _reply: bytes | None = None
         _header_bytes = 0
         _header_count = 0
 
@@ -74,7 +79,10 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
             self._arm(limits.header_timeout_s, _HEADER_TIMEOUT)
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
+            self._reply = None
+            if self._guard is not None:
+                self._guard.cancel()
+                self._guard = None
             super().connection_lost(exc)
 
         def on_message_begin(self) -> None:
@@ -124,16 +132,31 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
             super().data_received(data)
 
         def _arm(self, seconds: float, reply: bytes) -> None:
-            self._disarm()
-            self._guard = self.loop.call_later(seconds, self._expire, reply)
+            due = self.loop.time() + seconds
+            self._due = due
+            self._reply = reply
+            if self._guard is None or due < self._guard_at:
+                if self._guard is not None:
+                    self._guard.cancel()
+                self._guard_at = due
+                self._guard = self.loop.call_at(due, self._check)
 
         def _disarm(self) -> None:
-            if self._guard is not None:
-                self._guard.cancel()
-                self._guard = None
+            self._reply = None
+
+        def _check(self) -> None:
+            self._guard = None
+            reply = self._reply
+            if reply is None:
+                return
+            if self.loop.time() < self._due:
+                self._guard_at = self._due
+                self._guard = self.loop.call_at(self._due, self._check)
+                return
+            self._reply = None
+            self._expire(reply)
 
         def _expire(self, reply: bytes) -> None:
-            self._guard = None
             cycle = self.cycle
             if cycle is not None and cycle.response_started:
                 self._abort()
