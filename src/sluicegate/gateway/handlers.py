@@ -62,6 +62,19 @@ def _error_event(code: str, message: str) -> bytes:
     return b"data: " + orjson.dumps(body) + b"\n\ndata: [DONE]\n\n"
 
 
+class _MalformedStreamError(Exception):
+    """The engine's event stream holds something that is not an event."""
+
+
+def _whole_events(data: bytes) -> tuple[bytes, bytes]:
+    """Split ``data`` into the complete SSE events it holds and the incomplete rest."""
+    if data.endswith(b"\n\n"):
+        return data, b""
+    lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
+    end = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+    return data[:end], data[end:]
+
+
 async def _watch(receive: Receive, interrupts: Interruptible) -> None:
     """Turn the client's disconnect into an interrupt (one task per admitted request)."""
     while True:
@@ -443,7 +456,7 @@ class InferenceHandler:
             failed = Usage(ticket.prompt_tokens, 0, ok=False)
             self._finish(ticket, failed, Outcome.UPSTREAM_ERROR, None, metrics)
             raise
-        if response.status != 200:
+        if response.status != 200 or response.content_type != "text/event-stream":
             handle.on_preempt = None
             interrupts.upstream.clear()
             try:
@@ -481,6 +494,7 @@ class InferenceHandler:
         outcome = Outcome.COMPLETED
         ok = True
         tail: bytes | None = None
+        pending = b""
         content = response.content
         idle_s, stall_s = self._idle_s, self._stall_s
         try:
@@ -493,6 +507,12 @@ class InferenceHandler:
                             ttft_s = driver.now() - ticket.arrival
                         # Progress gates preemption of standard priorities (80% of max_tokens).
                         driver.progress(ticket.id, scanner.chunks)
+                    if scanner.malformed:
+                        raise _MalformedStreamError
+                    # Only whole events go out, so an error event never lands mid-event.
+                    data, pending = _whole_events(pending + data if pending else data)
+                    if not data:
+                        continue
                     interrupts.client.after(stall_s)
                     await send({"type": "http.response.body", "body": data, "more_body": True})
                     interrupts.client.clear()
@@ -512,13 +532,22 @@ class InferenceHandler:
                 tail = _error_event("upstream_timeout", "the engine's stream went silent")
             else:
                 outcome = Outcome.CANCELLED
+        except _MalformedStreamError:
+            ok, outcome = False, Outcome.UPSTREAM_ERROR
+            tail = _error_event("upstream_error", "the engine sent a malformed event")
         except aiohttp.ClientError:
             ok, outcome = False, Outcome.UPSTREAM_ERROR
             tail = _error_event("upstream_error", "the engine's stream was cut off")
         else:
-            if not scanner.done:
+            if scanner.error:
+                # The engine's own error event went through as it was; the engine failed.
+                ok, outcome = False, Outcome.UPSTREAM_ERROR
+                tail = pending
+            elif not scanner.done:
                 ok, outcome = scanner.chunks > 0, Outcome.UPSTREAM_ERROR
                 tail = _error_event("upstream_error", "the engine ended the stream early")
+            else:
+                tail = pending
         finally:
             response.close()
             completion = scanner.completion_tokens
