@@ -4,7 +4,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lint typecheck test test-compiled test-fast demo bench clean
+.PHONY: install lint typecheck test test-compiled test-fast demo bench bench-micro clean
+
+ENGINE_STAMP := $(VENV)/.installed-engine
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -12,16 +14,23 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# llama.cpp for the real-engine tests: compiled from source the first time (~15-20 min on
+# 2 cores); pip caches the wheel, so later installs take seconds.
+$(ENGINE_STAMP): $(STAMP)
+	@echo "installing llama-cpp-python (the first time compiles llama.cpp: ~15-20 minutes)"
+	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/python -m pip install --quiet -e '.[dev,engine-tests]'
+	touch $(ENGINE_STAMP)
+
 install: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks fuzz
+	$(BIN)/ruff format --check src tests benchmarks fuzz
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck
+test: lint typecheck $(ENGINE_STAMP)
 	$(BIN)/pytest
 	$(MAKE) test-compiled
 
@@ -33,16 +42,25 @@ test-compiled: $(STAMP)
 	PYTHONPATH=build/mypyc/src $(BIN)/python -c "import sluicegate.core.scheduler as s; assert s.__file__.endswith('.so'), s.__file__"
 	PYTHONPATH=build/mypyc/src $(BIN)/pytest -q -p no:cacheprovider tests/core
 
+# Everything but the real-engine tests; needs no llama.cpp build.
 test-fast: $(STAMP)
-	$(BIN)/pytest -x -q
+	$(BIN)/pytest -x -q -m "not realengine"
 
 demo: $(STAMP)
 	$(BIN)/sluicegate demo
 
+# The four live benchmarks (issue #6), quick versions: under 10 minutes.
+# `make bench FULL=1` runs the longer versions; `make bench-micro` the core and simulator ones.
+BENCH_MODE = $(if $(FULL),--full,)
 bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_overhead.py $(if $(FULL),,--quick) --write docs/BENCHMARKS.md
+	$(BIN)/python benchmarks/bench_overload.py $(BENCH_MODE) --write docs/BENCHMARKS.md
+	$(BIN)/python benchmarks/bench_policies.py $(BENCH_MODE) --write docs/BENCHMARKS.md
+	$(BIN)/python benchmarks/bench_scale.py $(BENCH_MODE) --write docs/BENCHMARKS.md
+
+bench-micro: $(STAMP)
 	$(BIN)/python benchmarks/bench_core.py --write docs/BENCHMARKS.md
 	$(BIN)/python benchmarks/bench_sim.py --write docs/BENCHMARKS.md
-	$(BIN)/python benchmarks/bench_overhead.py --quick --write docs/BENCHMARKS.md
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache .hypothesis demo-out sim-out

@@ -47,6 +47,7 @@ class ModelRuntime:
 
     __slots__ = (
         "backend_by_name",
+        "backend_slots",
         "backends",
         "borrowed_running",
         "inflight_tokens",
@@ -74,6 +75,11 @@ class ModelRuntime:
             for backend in spec.backends
         ]
         self.backend_by_name = {backend.spec.name: backend for backend in self.backends}
+        caps = [backend.max_concurrency for backend in spec.backends]
+        # Slots the backends offer in all, when every one is capped (llama.cpp: 1 each).
+        self.backend_slots: int | None = (
+            sum(c for c in caps if c is not None) if caps and None not in caps else None
+        )
         self.router: Router = make_router(spec.router, self.backends)
         self.limit: Limit | None = (
             make_limit(spec.adaptive, spec.max_concurrency) if spec.adaptive is not None else None

@@ -345,7 +345,10 @@ class Scheduler:
 
     def _drain_estimate_s(self, model: ModelRuntime, lane: LaneRuntime) -> float:
         """Time for the queue ahead to drain at the lane's service rate."""
-        slots = max(1, min(lane.cap, model.cap()))
+        slots = min(lane.cap, model.cap())
+        if model.backend_slots is not None:
+            slots = min(slots, model.backend_slots)
+        slots = max(1, slots)
         return (len(lane.queue) + 1) * model.predictor.mean_service_s(lane.spec.name) / slots
 
     @staticmethod

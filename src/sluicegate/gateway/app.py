@@ -38,7 +38,7 @@ def _check_servable(config: Config) -> None:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = "method_not_allowed" if exc.status_code == 405 else "not_found"
-    return error_response(exc.status_code, code, str(exc.detail))
+    return error_response(exc.status_code, code, str(exc.detail), headers=dict(exc.headers or {}))
 
 
 class GatewayApp:
@@ -107,6 +107,7 @@ def build_app(
     routes = [
         *inference_routes,
         Route("/v1/models", ops.models, methods=["GET"]),
+        Route("/openapi.json", ops.openapi, methods=["GET"]),
         Route("/healthz", ops.healthz, methods=["GET"]),
         Route("/readyz", ops.readyz, methods=["GET"]),
         Route("/metrics", ops.metrics, methods=["GET"]),

@@ -31,7 +31,19 @@ def streamable_copy(raw: bytes) -> bytes | None:
         return None
     body["stream"] = True
     body["stream_options"] = {"include_usage": True}
-    return orjson.dumps(body)
+    try:
+        return orjson.dumps(body)
+    except TypeError:  # nested deeper than orjson writes
+        return None
+
+
+def _counts(usage: dict[str, object]) -> dict[str, object]:
+    """The token counts of an engine's ``usage``, each a non-negative integer, nothing else."""
+    return {
+        name: value
+        for name in ("prompt_tokens", "completion_tokens", "total_tokens")
+        if type(value := usage.get(name)) is int and value >= 0
+    }
 
 
 class StreamAssembler:
@@ -66,11 +78,14 @@ class StreamAssembler:
             return
         if not isinstance(event, dict):
             return
-        self.id = str(event.get("id") or self.id)
-        self.model = str(event.get("model") or self.model)
+        event_id, model = event.get("id"), event.get("model")
+        if isinstance(event_id, str) and event_id:
+            self.id = event_id
+        if isinstance(model, str) and model:
+            self.model = model
         usage = event.get("usage")
         if isinstance(usage, dict):
-            self.usage = usage
+            self.usage = _counts(usage) or None
         choices = event.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             return

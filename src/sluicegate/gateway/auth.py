@@ -6,6 +6,11 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 
+from starlette.datastructures import Headers
+
+# Longer bearer tokens are refused unhashed; real API keys are well under 200 characters.
+MAX_TOKEN_CHARS = 4096
+
 
 class KeyRing:
     """Resolves bearer tokens to tenants.
@@ -39,10 +44,25 @@ class KeyRing:
 
 
 def bearer(authorization: str | None) -> str | None:
-    """The token of an ``Authorization: Bearer TOKEN`` header, or ``None``."""
+    """The token of an ``Authorization: Bearer TOKEN`` header, or ``None``.
+
+    ``None`` too for a token longer than ``MAX_TOKEN_CHARS`` (no key is that long).
+    """
     if not authorization:
         return None
     scheme, _, token = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or len(token) > MAX_TOKEN_CHARS:
         return None
-    return token.strip()
+    return token
+
+
+def request_token(headers: Headers) -> str | None:
+    """The bearer token of a request that has exactly one ``Authorization`` header.
+
+    Two or more are refused (``None``), whatever they hold: which one counts
+    would otherwise depend on the reader, and a proxy in front may have checked
+    a different one than the gateway uses.
+    """
+    values = headers.getlist("authorization")
+    return bearer(values[0]) if len(values) == 1 else None

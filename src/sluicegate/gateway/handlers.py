@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import os
 import time
 import zlib
@@ -27,7 +28,7 @@ from sluicegate.core.preemption import required_fraction
 from sluicegate.core.ticket import Outcome, Ticket, TicketId, Usage
 from sluicegate.gateway.asgi import JSON, SSE, Headers, abort_connection, send_body, send_error
 from sluicegate.gateway.assemble import StreamAssembler, streamable_copy
-from sluicegate.gateway.auth import bearer
+from sluicegate.gateway.auth import request_token
 from sluicegate.gateway.body import read_body
 from sluicegate.gateway.classify import Endpoint, classify, estimate_prompt_tokens, parse_body
 from sluicegate.gateway.driver import RunningHandle, Verdict
@@ -42,8 +43,11 @@ PATHS: dict[Endpoint, str] = {
     "completions": "/v1/completions",
     "embeddings": "/v1/embeddings",
 }
+log = logging.getLogger("sluicegate.gateway")
 _ids = itertools.count(1)
-_PREFIX = f"{os.getpid():x}"
+# Ticket ids double as the upstream X-Request-Id: 32 hex digits, which parse as a UUID
+# (llama-cpp-python refuses any other shape with an empty 400).
+_PREFIX = f"{os.getpid() & 0xFFFFFFFF:08x}"
 
 
 def _preempted_chunk(endpoint: Endpoint, request_id: str) -> bytes:
@@ -60,6 +64,10 @@ def _preempted_chunk(endpoint: Endpoint, request_id: str) -> bytes:
 def _error_event(code: str, message: str) -> bytes:
     body = {"error": {"message": message, "type": "api_error", "code": code, "param": None}}
     return b"data: " + orjson.dumps(body) + b"\n\ndata: [DONE]\n\n"
+
+
+class _EmptyStreamError(Exception):
+    """The engine answered 200 with an empty event stream."""
 
 
 class _MalformedStreamError(Exception):
@@ -107,7 +115,7 @@ class InferenceHandler:
         state = self.state
         if not state.auth_required:
             return state.anonymous_tenant
-        token = bearer(request.headers.get("authorization"))
+        token = request_token(request.headers)
         tenant = state.keys.tenant(token) if token is not None else None
         if tenant is None:
             raise GatewayError(401, "invalid_api_key", "missing or unknown API key")
@@ -141,7 +149,7 @@ class InferenceHandler:
             else (parsed.max_tokens or state.config.server.default_max_tokens)
         )
         ticket = Ticket(
-            id=TicketId(f"{_PREFIX}-{next(_ids)}"),
+            id=TicketId(f"{_PREFIX}{next(_ids):024x}"),
             model=model.name,
             tenant=tenant,
             lane=kind.lane,
@@ -169,9 +177,27 @@ class InferenceHandler:
                 await self._stream(scope, send, interrupts, ticket, admit, raw, metrics)
             else:
                 await self._unary(send, interrupts, ticket, admit, raw, metrics)
+        except GatewayError:
+            raise
+        except Exception:
+            await self._unexpected(scope, send, ticket, metrics)
         finally:
             watcher.cancel()
             interrupts.close()
+
+    async def _unexpected(
+        self, scope: Scope, send: Send, ticket: Ticket, metrics: LaneMetrics
+    ) -> None:
+        """A bug or an answer nothing above foresaw: free the slot (once), tell the client."""
+        log.exception("unexpected error while serving request %s", ticket.id)
+        if self.state.scheduler.state_of(ticket.id) is not None:
+            failed = Usage(ticket.prompt_tokens, 0, ok=False)
+            self._finish(ticket, failed, Outcome.UPSTREAM_ERROR, None, metrics)
+        error = GatewayError(502, "upstream_error", "the gateway could not relay the answer")
+        try:
+            await send_error(send, error)
+        except RuntimeError:  # the response had already started
+            await abort_connection(scope)
 
     def _refuse(self, ticket: Ticket, verdict: Reject | Expire, metrics: LaneMetrics) -> None:
         """Raise the error a rejected or expired ticket is answered with."""
@@ -263,14 +289,15 @@ class InferenceHandler:
         metrics: LaneMetrics,
     ) -> None:
         state = self.state
-        # A request that may be preempted with ``abort`` is streamed from the engine and
-        # reassembled here, so that a preemption still returns the text generated so far.
-        streamed = self._may_abort(ticket)
-        upstream_body = (streamable_copy(raw) if streamed else None) or raw
         failed = Usage(ticket.prompt_tokens, 0, ok=False)
+        upstream_body: bytes | None = None
         while True:
             handle = state.driver.handle(ticket.id)
             url = state.backend_url(ticket.model, admit.backend) + self.path
+            if upstream_body is None:
+                upstream_body = raw
+                if self._streams_upstream(ticket, admit.backend):
+                    upstream_body = streamable_copy(raw) or raw
             assembler = StreamAssembler(self.endpoint) if upstream_body is not raw else None
             response: aiohttp.ClientResponse | None = None
             self._watch_preemption(interrupts, handle)
@@ -278,7 +305,12 @@ class InferenceHandler:
                 interrupts.arm()
                 interrupts.upstream.after(self._first_byte_s)
                 try:
-                    response = await state.upstream.post(url, upstream_body, ticket.id)
+                    response = await state.upstream.post(
+                        url,
+                        upstream_body,
+                        ticket.id,
+                        reuse=state.keeps_alive(ticket.model, admit.backend),
+                    )
                     interrupts.upstream.after(self._idle_s)
                     if assembler is not None and response.status == 200:
                         await self._gather(interrupts, ticket, response, assembler)
@@ -291,6 +323,13 @@ class InferenceHandler:
                     interrupts.disarm()
                     interrupts.upstream.clear()
                     handle.on_preempt = None
+            except _EmptyStreamError:
+                # llama.cpp answers an over-long prompt with an empty stream; the same
+                # request unstreamed gets its real 400.
+                if response is not None:
+                    response.close()
+                upstream_body = raw
+                continue
             except WaitInterruptedError as exc:
                 if response is not None:
                     response.close()
@@ -327,6 +366,15 @@ class InferenceHandler:
             await self._relay_unary(send, ticket, admit, response.status, body, metrics)
             return
 
+    def _streams_upstream(self, ticket: Ticket, backend: str) -> bool:
+        """Whether a non-streamed request is sent to the engine as a stream and reassembled:
+        so that a preemption keeps the text so far, and so that an engine that cannot abort a
+        non-streamed generation (llama.cpp) stops when the client leaves."""
+        if self.endpoint == "embeddings":
+            return False
+        engine = self.state.backend_engine(ticket.model, backend)
+        return engine == "llamacpp" or self._may_abort(ticket)
+
     def _may_abort(self, ticket: Ticket) -> bool:
         """Whether the ticket's lane could preempt it with ``abort``."""
         lane = self.state.models[ticket.model].lane(ticket.lane)
@@ -344,13 +392,17 @@ class InferenceHandler:
         assembler: StreamAssembler,
     ) -> None:
         driver = self.state.driver
+        received = 0
         try:
             async for data in response.content.iter_any():
+                received += len(data)
                 interrupts.upstream.after(self._idle_s)
                 assembler.feed(data)
                 driver.progress(ticket.id, len(assembler.parts))
         except aiohttp.ClientError as exc:
             raise GatewayError(502, "upstream_error", "the engine's answer was cut off") from exc
+        if received == 0:
+            raise _EmptyStreamError
         if not assembler.done:
             raise GatewayError(502, "upstream_error", "the engine ended the answer early")
 
@@ -403,8 +455,12 @@ class InferenceHandler:
         usage = parsed.get("usage")
         prompt, completion = ticket.prompt_tokens, 0
         if isinstance(usage, dict):
-            prompt = int(usage.get("prompt_tokens") or prompt)
-            completion = int(usage.get("completion_tokens") or 0)
+            reported = usage.get("prompt_tokens")
+            if type(reported) is int and reported >= 0:
+                prompt = reported
+            reported = usage.get("completion_tokens")
+            if type(reported) is int and reported >= 0:
+                completion = reported
         elapsed = self.state.driver.now() - ticket.arrival
         outcome = Outcome.COMPLETED if status < 400 else Outcome.UPSTREAM_ERROR
         self._finish(ticket, Usage(prompt, completion, ttft_s=None), outcome, elapsed, metrics)
@@ -430,7 +486,9 @@ class InferenceHandler:
             interrupts.arm()
             interrupts.upstream.after(self._first_byte_s)
             try:
-                response = await state.upstream.post(url, raw, ticket.id)
+                response = await state.upstream.post(
+                    url, raw, ticket.id, reuse=state.keeps_alive(ticket.model, admit.backend)
+                )
             except asyncio.CancelledError:
                 raise interrupts.interrupted() from None
             finally:
@@ -495,12 +553,14 @@ class InferenceHandler:
         ok = True
         tail: bytes | None = None
         pending = b""
+        received = 0
         content = response.content
         idle_s, stall_s = self._idle_s, self._stall_s
         try:
             try:
                 interrupts.arm()
                 while data := await content.readany():
+                    received += len(data)
                     interrupts.upstream.after(idle_s)
                     if scanner.feed(data):
                         if ttft_s is None:
@@ -543,8 +603,16 @@ class InferenceHandler:
                 # The engine's own error event went through as it was; the engine failed.
                 ok, outcome = False, Outcome.UPSTREAM_ERROR
                 tail = pending
+            elif received == 0:
+                # llama.cpp's answer to a prompt longer than its context: a request problem,
+                # not an engine failure, so the circuit is left alone.
+                outcome = Outcome.UPSTREAM_ERROR
+                tail = _error_event(
+                    "empty_stream",
+                    "the engine returned an empty stream (is the prompt longer than its context?)",
+                )
             elif not scanner.done:
-                ok, outcome = scanner.chunks > 0, Outcome.UPSTREAM_ERROR
+                ok, outcome = False, Outcome.UPSTREAM_ERROR
                 tail = _error_event("upstream_error", "the engine ended the stream early")
             else:
                 tail = pending

@@ -1,15 +1,18 @@
-"""Operations endpoints: health, readiness, metrics, models, admin state and drain."""
+"""Operations endpoints: health, readiness, metrics, models, OpenAPI, admin state and drain."""
 
 from __future__ import annotations
 
+import functools
+import importlib.resources
 import time
 
 import orjson
+import yaml
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sluicegate.gateway.auth import bearer
+from sluicegate.gateway.auth import request_token
 from sluicegate.gateway.errors import GatewayError, error_response
 from sluicegate.gateway.state import GatewayState
 
@@ -18,12 +21,20 @@ def _json(data: object, status: int = 200) -> Response:
     return Response(orjson.dumps(data), status_code=status, media_type="application/json")
 
 
+@functools.cache
+def openapi_document() -> bytes:
+    """The gateway's OpenAPI 3.1 document (``openapi.yaml`` beside this module) as JSON."""
+    text = importlib.resources.files(__package__).joinpath("openapi.yaml").read_text("utf-8")
+    return orjson.dumps(yaml.safe_load(text))
+
+
 class Ops:
     """Handlers for the non-inference endpoints of one gateway."""
 
     def __init__(self, state: GatewayState) -> None:
         self.state = state
         self._created = int(time.time())
+        openapi_document()  # parsed once, at start-up: a broken document fails here
 
     async def healthz(self, request: Request) -> Response:
         """The process is up."""
@@ -50,15 +61,27 @@ class Ops:
         )
 
     async def models(self, request: Request) -> Response:
-        """The union of configured models, in OpenAI's list shape."""
+        """The union of configured models, in OpenAI's list shape.
+
+        With tenant keys configured, only a tenant key or the admin key may list them.
+        """
+        if self.state.auth_required:
+            token = request_token(request.headers)
+            keys = self.state.keys
+            if token is None or (keys.tenant(token) is None and not keys.is_admin(token)):
+                return error_response(401, "invalid_api_key", "missing or unknown API key")
         data = [
             {"id": name, "object": "model", "created": self._created, "owned_by": "sluicegate"}
             for name in self.state.models
         ]
         return _json({"object": "list", "data": data})
 
+    async def openapi(self, request: Request) -> Response:
+        """This gateway's OpenAPI document, as JSON."""
+        return Response(openapi_document(), media_type="application/json")
+
     def _admin(self, request: Request) -> None:
-        token = bearer(request.headers.get("authorization"))
+        token = request_token(request.headers)
         if token is None or not self.state.keys.is_admin(token):
             raise GatewayError(401, "invalid_admin_key", "this endpoint needs the admin key")
 

@@ -3,15 +3,24 @@
 Understands vLLM (``vllm:kv_cache_usage_perc``, the older
 ``vllm:gpu_cache_usage_perc``, ``vllm:num_requests_running/waiting``), SGLang
 (``sglang:token_usage``, ``sglang:num_running_reqs``, ``sglang:num_queue_reqs``)
-and llama.cpp (``llamacpp:kv_cache_usage_ratio``, ``llamacpp:requests_processing``,
-``llamacpp:requests_deferred``). An engine without ``/metrics`` or ``/health``
-is left to the gateway's own signals (passive health, own in-flight counts).
+and llama.cpp's server (``llamacpp:kv_cache_usage_ratio``,
+``llamacpp:requests_processing``, ``llamacpp:requests_deferred``).
+
+Not every engine has both endpoints; llama-cpp-python has neither. Without
+``/health``, any HTTP answer to the probe (a 404 included) means the engine is
+up, so a backend marked down while unreachable is taken back once it answers
+again. Without ``/metrics`` (404, or a body that is not Prometheus text), the
+scheduler keeps its own signals (in-flight counts, passive health) and the
+endpoint is asked again only every ``METRICS_RETRY_POLLS`` polls. Probes use
+only those two paths: on llama-cpp-python any other route may wait behind the
+request being generated, or interrupt it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -28,6 +37,7 @@ KV_USAGE = (
 RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing")
 WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred")
 PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
+METRICS_RETRY_POLLS = 30
 
 
 def parse_engine_metrics(text: str) -> dict[str, float]:
@@ -45,67 +55,100 @@ def _first(found: dict[str, float], names: tuple[str, ...]) -> float | None:
     return next((found[name] for name in names if name in found), None)
 
 
-def stats_from(model: str, backend: str, found: dict[str, float]) -> BackendStats:
-    """What a scrape tells the scheduler about one backend."""
+def stats_from(
+    model: str, backend: str, found: dict[str, float], healthy: bool | None = None
+) -> BackendStats:
+    """What a probe (``healthy``) and a scrape (``found``) tell the scheduler about a backend."""
     running, waiting = _first(found, RUNNING), _first(found, WAITING)
     return BackendStats(
         model=model,
         backend=backend,
+        healthy=healthy,
         kv_cache_usage=_first(found, KV_USAGE),
         num_requests_running=None if running is None else int(running),
         num_requests_waiting=None if waiting is None else int(waiting),
     )
 
 
-async def _probe(session: aiohttp.ClientSession, url: str) -> bool | None:
-    """True/False from ``/health``; None when the engine has no such endpoint."""
+async def probe(session: aiohttp.ClientSession, url: str) -> bool:
+    """Whether the engine at ``url`` is up: ``GET /health`` answers below 500.
+
+    An engine without ``/health`` answers 404, which still proves it is up.
+    """
     try:
         async with session.get(url + "/health", timeout=PROBE_TIMEOUT) as response:
-            if response.status == 404:
-                return None
             return response.status < 500
     except (TimeoutError, aiohttp.ClientError):
         return False
 
 
+class _NoMetricsError(Exception):
+    """The engine has no usable ``/metrics``."""
+
+
 async def _scrape(session: aiohttp.ClientSession, url: str) -> dict[str, float] | None:
+    """The engine's known metrics; None on a failed scrape; ``_NoMetricsError`` if it has none."""
     try:
         async with session.get(url + "/metrics", timeout=PROBE_TIMEOUT) as response:
+            if response.status == 404:
+                raise _NoMetricsError
             if response.status != 200:
                 return None
-            return parse_engine_metrics(await response.text())
-    except (TimeoutError, aiohttp.ClientError, ValueError):
+            text = await response.text()
+    except (TimeoutError, aiohttp.ClientError):
         return None
+    try:
+        return parse_engine_metrics(text)
+    except ValueError as exc:
+        raise _NoMetricsError from exc
 
 
-async def poll_once(state: GatewayState) -> None:
-    """Probe and scrape every backend once, concurrently."""
-    session = state.upstream.session
-    targets = [
-        (model.name, backend.name, state.backend_url(model.name, backend.name))
-        for model in state.config.models
-        for backend in model.backends
-    ]
-    probes = await asyncio.gather(*(_probe(session, url) for _, _, url in targets))
-    scrapes = await asyncio.gather(*(_scrape(session, url) for _, _, url in targets))
-    for (model, backend, _), healthy, found in zip(targets, probes, scrapes, strict=True):
-        stats = stats_from(model, backend, found or {})
-        if healthy is not None:
-            stats = BackendStats(
-                model,
-                backend,
-                healthy,
-                stats.kv_cache_usage,
-                stats.num_requests_running,
-                stats.num_requests_waiting,
-            )
-        state.driver.observe(stats)
+@dataclass
+class _Target:
+    model: str
+    backend: str
+    url: str
+    skip_metrics: int = 0  # polls left before /metrics is asked for again
+
+
+class Poller:
+    """Probes and scrapes every configured backend, remembering which lack ``/metrics``."""
+
+    def __init__(self, state: GatewayState) -> None:
+        self._state = state
+        self._targets = [
+            _Target(model.name, backend.name, state.backend_url(model.name, backend.name))
+            for model in state.config.models
+            for backend in model.backends
+        ]
+
+    async def poll_once(self) -> None:
+        """Probe and scrape every backend once, concurrently, and tell the scheduler."""
+        session = self._state.upstream.session
+        probes = await asyncio.gather(*(probe(session, t.url) for t in self._targets))
+        scrapes = await asyncio.gather(*(self._metrics(session, t) for t in self._targets))
+        for target, healthy, found in zip(self._targets, probes, scrapes, strict=True):
+            stats = stats_from(target.model, target.backend, found or {}, healthy)
+            self._state.driver.observe(stats)
+
+    async def _metrics(
+        self, session: aiohttp.ClientSession, target: _Target
+    ) -> dict[str, float] | None:
+        if target.skip_metrics > 0:
+            target.skip_metrics -= 1
+            return None
+        try:
+            return await _scrape(session, target.url)
+        except _NoMetricsError:
+            target.skip_metrics = METRICS_RETRY_POLLS
+            return None
 
 
 async def poll_forever(state: GatewayState) -> None:
     """Poll at the configured interval until cancelled."""
+    poller = Poller(state)
     interval = state.config.server.scrape_interval_s
     while True:
         with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
-            await poll_once(state)
+            await poller.poll_once()
         await asyncio.sleep(interval)

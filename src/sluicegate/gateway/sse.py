@@ -90,9 +90,9 @@ class SseScanner:
         usage = event.get("usage")
         if isinstance(usage, dict):
             prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-            if isinstance(prompt, int):
+            if type(prompt) is int and prompt >= 0:
                 self.prompt_tokens = prompt
-            if isinstance(completion, int):
+            if type(completion) is int and completion >= 0:
                 self.completion_tokens = completion
 
 

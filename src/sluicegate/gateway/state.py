@@ -40,6 +40,11 @@ class GatewayState:
             for model in config.models
             for backend in model.backends
         }
+        self._engines = {
+            (model.name, backend.name): backend.engine
+            for model in config.models
+            for backend in model.backends
+        }
         self.scheduler = Scheduler(config.scheduler_spec())
         self.metrics = GatewayMetrics(self.scheduler, self._tenants)
         self.driver = SchedulerDriver(self.scheduler)
@@ -48,6 +53,15 @@ class GatewayState:
     def tenant_spec(self, tenant: str) -> TenantSpec:
         """The tenant's scheduling settings (defaults for the anonymous tenant)."""
         return self._tenants.get(tenant, self._default_tenant)
+
+    def backend_engine(self, model: str, backend: str) -> str:
+        """The configured engine kind of a backend (``vllm``, ``llamacpp``, ...)."""
+        return self._engines[(model, backend)]
+
+    def keeps_alive(self, model: str, backend: str) -> bool:
+        """Whether upstream connections to a backend are pooled (not for llama.cpp, whose
+        server drops connections after some answers without saying so)."""
+        return self._engines[(model, backend)] != "llamacpp"
 
     def backend_url(self, model: str, backend: str) -> str:
         """The configured base URL of a backend (never taken from a request)."""

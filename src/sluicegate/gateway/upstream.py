@@ -11,6 +11,7 @@ import aiohttp
 
 from sluicegate.gateway.errors import GatewayError
 
+IDLE_CONNECTION_S = 4.0
 FORWARD_HEADERS = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
 
 
@@ -25,7 +26,11 @@ class Upstream:
 
     async def start(self) -> None:
         """Open the connection pool."""
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
+        # Engines served by uvicorn (vLLM, llama-cpp-python) close idle connections after 5 s;
+        # a pool that keeps them longer hands out connections the engine is closing (502s).
+        connector = aiohttp.TCPConnector(
+            limit=0, ttl_dns_cache=300, keepalive_timeout=IDLE_CONNECTION_S
+        )
         self._session = aiohttp.ClientSession(
             connector=connector, timeout=self._timeout, auto_decompress=False
         )
@@ -43,11 +48,24 @@ class Upstream:
             raise RuntimeError("upstream session is not open")
         return self._session
 
-    async def post(self, url: str, body: bytes, request_id: str) -> aiohttp.ClientResponse:
-        """POST ``body`` to ``url``; connection failures become 502, timeouts 504."""
+    async def post(
+        self, url: str, body: bytes, request_id: str, *, reuse: bool = True
+    ) -> aiohttp.ClientResponse:
+        """POST ``body`` to ``url``; connection failures become 502, timeouts 504.
+
+        A pooled connection the engine closed just before it was reused fails with
+        ``ServerDisconnectedError`` before any answer: that is retried once, on a new
+        connection. ``reuse=False`` asks for a connection of its own (llama-cpp-python
+        closes connections after some answers, e.g. an empty stream, without saying so).
+        """
         headers = {**FORWARD_HEADERS, "X-Request-Id": request_id}
+        if not reuse:
+            headers["Connection"] = "close"
         try:
-            return await self.session.post(url, data=body, headers=headers)
+            try:
+                return await self.session.post(url, data=body, headers=headers)
+            except aiohttp.ServerDisconnectedError:
+                return await self.session.post(url, data=body, headers=headers)
         except TimeoutError as exc:
             raise GatewayError(
                 504, "upstream_timeout", "the engine did not answer in time"
