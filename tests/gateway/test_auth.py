@@ -1,4 +1,4 @@
-"""``auth.KeyRing`` and ``auth.bearer``: API key → tenant, and the bearer token of a header."""
+"""``auth``: API key → tenant (``KeyRing``), and the bearer token of a header or a request."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import pickle
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from starlette.datastructures import Headers
 
-from sluicegate.gateway.auth import KeyRing, bearer
+from sluicegate.gateway.auth import MAX_TOKEN_CHARS, KeyRing, bearer, request_token
 
 KEYS = {"sk-alpha-canary-1": "alpha", "sk-beta-canary-2": "beta"}
 ADMIN = "admin-canary-3"
@@ -86,3 +87,30 @@ def test_bearer_strips_surrounding_space_only(header: str, token: str | None) ->
 def test_bearer_rejects_anything_else(header: str | None) -> None:
     """Missing headers, other schemes, bare keys and empty tokens give None."""
     assert bearer(header) is None
+
+
+def test_bearer_refuses_tokens_longer_than_any_key() -> None:
+    """A token over ``MAX_TOKEN_CHARS`` is refused unhashed; one at the limit is returned."""
+    assert bearer("Bearer " + "k" * MAX_TOKEN_CHARS) == "k" * MAX_TOKEN_CHARS
+    assert bearer("Bearer " + "k" * (MAX_TOKEN_CHARS + 1)) is None
+
+
+def _headers(*authorizations: str) -> Headers:
+    return Headers(raw=[(b"authorization", value.encode("latin-1")) for value in authorizations])
+
+
+def test_request_token_reads_the_one_authorization_header() -> None:
+    """Exactly one ``Authorization: Bearer TOKEN`` gives TOKEN; none gives None."""
+    assert request_token(_headers("Bearer sk-alpha-canary-1")) == "sk-alpha-canary-1"
+    assert request_token(_headers()) is None
+    assert request_token(_headers("Basic eDp5")) is None
+
+
+@pytest.mark.parametrize(
+    "pair",
+    [("Bearer sk-alpha-canary-1", "Bearer other"), ("Bearer other", "Bearer sk-alpha-canary-1"),
+     ("Bearer sk-alpha-canary-1", "Bearer sk-alpha-canary-1")],
+)  # fmt: skip
+def test_request_token_refuses_two_authorization_headers(pair: tuple[str, str]) -> None:
+    """Two Authorization headers are ambiguous, whatever they hold: None."""
+    assert request_token(_headers(*pair)) is None

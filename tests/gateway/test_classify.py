@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from sluicegate.core.spec import LaneSpec, ModelSpec, TenantSpec
 from sluicegate.gateway.classify import (
+    MAX_ITEMS,
+    MAX_TOKENS_LIMIT,
     MESSAGE_OVERHEAD_TOKENS,
     PREFIX_CHARS,
     classify,
@@ -81,14 +83,20 @@ def test_missing_max_tokens_is_none() -> None:
     assert parse_body(_raw(CHAT), "chat").max_tokens is None
 
 
-@pytest.mark.parametrize("value", ["10", -1, 0, 1.5, True, [3]])
+@pytest.mark.parametrize("value", ["10", -1, 0, 1.5, True, [3], 1e30, MAX_TOKENS_LIMIT + 1])
 def test_bad_max_tokens_is_refused_naming_it(value: object) -> None:
     """max_tokens that is not a positive integer is a 400 whose param is ``max_tokens``."""
     error = _refusal(_raw({**CHAT, "max_tokens": value}))
     assert (error.status, error.param) == (400, "max_tokens")
 
 
-@pytest.mark.parametrize("value", [0, 17, "2"])
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens", "n", "stream"])
+def test_null_means_the_field_was_not_given(field: str) -> None:
+    """``null`` for an optional field the gateway reads is the same as leaving it out."""
+    assert parse_body(_raw({**CHAT, field: None}), "chat") == parse_body(_raw(CHAT), "chat")
+
+
+@pytest.mark.parametrize("value", [0, 17, "2", 10**6])
 def test_bad_n_is_refused_naming_it(value: object) -> None:
     """``n`` outside [1, 16] or not an integer is a 400 naming ``n``."""
     assert _refusal(_raw({**CHAT, "n": value})).param == "n"
@@ -145,6 +153,40 @@ def test_completion_prompt_sizes(prompt: object, chars: int) -> None:
 def test_bad_completion_prompt_is_refused(prompt: object) -> None:
     """A missing, empty or mixed prompt is a 400 naming ``prompt``."""
     assert _refusal(_raw({"model": "m", "prompt": prompt}), "completions").param == "prompt"
+
+
+def _part() -> dict[str, str]:
+    return {"type": "text", "text": "x"}
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "body", "param"),
+    [
+        ("chat", {"model": "m", "messages": [{"role": "user"}] * (MAX_ITEMS + 1)}, "messages"),
+        ("chat", {"model": "m", "messages": [{"content": [_part()] * (MAX_ITEMS + 1)}]},
+         "messages[0].content"),
+        ("chat", {"model": "m", "messages": [{"content": [_part()] * 64}] * (MAX_ITEMS // 64 + 1)},
+         "messages"),
+        ("completions", {"model": "m", "prompt": ["x"] * (MAX_ITEMS + 1)}, "prompt"),
+        ("completions", {"model": "m", "prompt": [[1]] * (MAX_ITEMS + 1)}, "prompt"),
+        ("embeddings", {"model": "m", "input": ["x"] * (MAX_ITEMS + 1)}, "input"),
+    ],
+)  # fmt: skip
+def test_arrays_past_max_items_are_refused(
+    endpoint: str, body: dict[str, object], param: str
+) -> None:
+    """Messages, content parts (per message and in all) and prompt entries past
+    ``MAX_ITEMS`` are a 400 ``array_above_max_length`` naming the array."""
+    error = _refusal(_raw(body), endpoint)
+    assert (error.status, error.code, error.param) == (400, "array_above_max_length", param)
+
+
+def test_arrays_at_max_items_pass() -> None:
+    """Exactly ``MAX_ITEMS`` messages, and any number of token ids, are accepted."""
+    chat = {"model": "m", "messages": [{"role": "user", "content": "x"}] * MAX_ITEMS}
+    assert parse_body(_raw(chat), "chat").messages == MAX_ITEMS
+    ids = {"model": "m", "prompt": [1] * (4 * MAX_ITEMS)}
+    assert parse_body(_raw(ids), "completions").prompt_chars == 16 * MAX_ITEMS
 
 
 def test_prefix_is_the_leading_text_of_the_first_message() -> None:
@@ -223,9 +265,10 @@ def test_priority_is_capped_at_the_tenants_max_priority(
     assert _classify(tenant, priority=header, body_priority=body)[1] == max(asked, cap)
 
 
-@pytest.mark.parametrize("header", ["-1", "6", "high", "1.5", " 2"])
+@pytest.mark.parametrize("header", ["-1", "6", "high", "1.5", " 2", "02", "\xb2", "0" * 5000])
 def test_bad_priority_header_is_400(header: str) -> None:
-    """A priority header that is not an integer in [0, 5] is 400 ``invalid_priority``."""
+    """A priority header that is not one digit 0-5 is 400 ``invalid_priority`` ("²", a
+    Latin-1 header byte, passes ``str.isdigit`` but not ``int``: it once raised)."""
     with pytest.raises(GatewayError) as caught:
         _classify(priority=header)
     assert (caught.value.status, caught.value.code) == (400, "invalid_priority")
