@@ -1,0 +1,130 @@
+"""Smoke runs of the live benchmarks: each script, in its ``--smoke`` mode, starts real
+emulators and a real gateway, drives a tiny load, prints its tables and writes its
+section of a Markdown file whose figures must be sane.
+
+The benchmarks' quality bars are not asserted here (they are measured by
+``make bench``, never by timed tests); only what holds on any machine, however
+loaded: every section and table is there, requests succeeded, rates and costs are
+positive and finite, and what the gateway must do regardless of speed (reject the
+excess at 3× capacity, keep the parked queue as asked) happened.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+
+
+def run_smoke(script: str, tmp_path: Path) -> tuple[str, str]:
+    """Run ``benchmarks/SCRIPT --smoke --write FILE``; return its stdout and the file's text."""
+    out = tmp_path / "BENCHMARKS.md"
+    done = subprocess.run(
+        [sys.executable, f"benchmarks/{script}", "--smoke", "--write", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout, out.read_text(encoding="utf-8")
+
+
+def section(text: str, name: str) -> str:
+    """The body between a benchmark's markers, which must both be there exactly once."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    assert text.count(begin) == 1, text
+    assert text.count(end) == 1, text
+    body = text.split(begin, 1)[1].split(end, 1)[0]
+    for label in ("Command: `python benchmarks/", "Machine:", "Date:"):
+        assert label in body, body
+    return body
+
+
+def table(body: str, title: str) -> list[dict[str, str]]:
+    """The rows of the Markdown table under ``**title**``, as header → cell."""
+    lines = body.split(f"**{title}**", 1)[1].strip().splitlines()
+    rows = []
+    for line in lines:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    headers, _, *cells = rows
+    assert cells, f"table {title!r} is empty"
+    return [dict(zip(headers, row, strict=True)) for row in cells]
+
+
+def number(cell: str) -> float:
+    """A table cell as a float (units, ``%``, ``×`` and thousands separators dropped)."""
+    value = float(cell.split()[0].rstrip("%×").replace(",", ""))
+    assert math.isfinite(value), cell
+    return value
+
+
+@pytest.mark.slow
+def test_overload_smoke_rejects_the_excess_and_reports_every_step(tmp_path: Path) -> None:
+    """At 3× capacity some requests are turned away with 429 and the rest succeed; every
+    step has its row with sane rates and latencies, and the bars table is written."""
+    stdout, text = run_smoke("bench_overload.py", tmp_path)
+    assert "Per step" in stdout
+    body = section(text, "bench_overload")
+    steps = {row["step"]: row for row in table(body, "Per step")}
+    assert list(steps) == ["0.5× (baseline)", "3× (overload)", "0.5× (after)"]
+    peak = steps["3× (overload)"]
+    assert number(peak["429/s"]) > 0
+    assert number(peak["offered/s"]) > number(steps["0.5× (baseline)"]["offered/s"]) * 3
+    for row in steps.values():
+        assert number(row["other errors"]) == 0, row
+        assert number(row["admitted/s"]) > 0, row
+        # No answer can beat the engine's exact 320 ms service time.
+        assert 320 <= number(row["e2e p99 ms"]) < 30_000, row
+        assert number(row["gateway RSS MiB (max)"]) > 10, row
+    bars = [row["bar"] for row in table(body, "Overload bars (issue: overload)")]
+    assert len(bars) == 5
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TRACE.exists(), reason="needs ../shared/traces beside the checkout")
+def test_policies_smoke_puts_live_and_simulated_side_by_side(tmp_path: Path) -> None:
+    """Both policies ran live without a failure, and each live p99 sits next to a
+    simulated one of the same order (the smoke load is light, so they nearly agree)."""
+    stdout, text = run_smoke("bench_policies.py", tmp_path)
+    assert "Live vs simulated" in stdout
+    body = section(text, "bench_policies")
+    rows = table(body, "Live vs simulated, per policy and tenant")
+    assert {(row["policy"], row["tenant"]) for row in rows} == {
+        (policy, tenant) for policy in ("fifo", "slack") for tenant in ("chat", "docs")
+    }
+    for row in rows:
+        assert number(row["live ok"]) == number(row["requests"]) > 0, row
+        live, sim = number(row["live e2e p99 s"]), number(row["sim e2e p99 s"])
+        assert sim > 0, row
+        assert 0.5 < live / sim < 2.0, row
+    assert len(table(body, "Live vs simulator agreement (issue: policies)")) == 2
+
+
+@pytest.mark.slow
+def test_scale_smoke_keeps_the_queue_parked_and_measures_cost(tmp_path: Path) -> None:
+    """Each point had exactly the waiting requests asked for before and after its
+    stream (none again once the parked requests hung up), every stream request
+    succeeded, and the CPU cost per request is positive."""
+    stdout, text = run_smoke("bench_scale.py", tmp_path)
+    assert "Gateway CPU per request" in stdout
+    body = section(text, "bench_scale")
+    rows = table(body, "Gateway CPU per request")
+    assert {row["sweep"] for row in rows} == {"waiting", "tenants"}
+    depths = [number(row["waiting (asked)"]) for row in rows if row["sweep"] == "waiting"]
+    assert depths == [0, 50, 0]
+    for row in rows:
+        asked = number(row["waiting (asked)"])
+        assert number(row["waiting before"]) == asked == number(row["waiting after"]), row
+        assert number(row["ok"]) == number(row["requests"]) > 0, row
+        assert 0 < number(row["net µs/req"]) < 1e5, row
+        assert number(row["1-core req/s"]) > 0, row
