@@ -272,6 +272,13 @@ class InferenceHandler:
             ticket.model, ticket.tenant, usage.prompt_tokens, usage.completion_tokens
         )
 
+    def _timed_out(self, ticket: Ticket, metrics: LaneMetrics) -> GatewayError:
+        """End a ticket whose engine did not answer in time; the error to answer with."""
+        self._finish(
+            ticket, Usage(ticket.prompt_tokens, 0, ok=False), Outcome.UPSTREAM_ERROR, None, metrics
+        )
+        return GatewayError(504, "upstream_timeout", "the engine did not answer in time")
+
     def _watch_preemption(self, interrupts: Interruptible, handle: RunningHandle) -> None:
         handle.on_preempt = interrupts.preempted
         if handle.preempt is not None:
@@ -348,10 +355,7 @@ class InferenceHandler:
                     admit = next_admit
                     continue
                 if exc.reason is Interrupt.UPSTREAM_TIMEOUT:
-                    self._finish(ticket, failed, Outcome.UPSTREAM_ERROR, None, metrics)
-                    raise GatewayError(
-                        504, "upstream_timeout", "the engine did not answer in time"
-                    ) from None
+                    raise self._timed_out(ticket, metrics) from None
                 self._finish(
                     ticket, Usage(ticket.prompt_tokens, 0), Outcome.CANCELLED, None, metrics
                 )
@@ -502,11 +506,7 @@ class InferenceHandler:
                 await send_body(send, 200, _preempted_chunk(self.endpoint, ticket.id), headers)
                 return
             if exc.reason is Interrupt.UPSTREAM_TIMEOUT:
-                failed = Usage(ticket.prompt_tokens, 0, ok=False)
-                self._finish(ticket, failed, Outcome.UPSTREAM_ERROR, None, metrics)
-                raise GatewayError(
-                    504, "upstream_timeout", "the engine did not answer in time"
-                ) from None
+                raise self._timed_out(ticket, metrics) from None
             self._finish(ticket, Usage(ticket.prompt_tokens, 0), Outcome.CANCELLED, None, metrics)
             return
         except GatewayError:
