@@ -33,6 +33,7 @@ class Fault(enum.Enum):
 
     NONE = "none"  # a short, well-formed answer (JSON, or SSE ending in [DONE])
     ERROR_500 = "error_500"  # 500 with an OpenAI-shaped error body
+    RATE_LIMITED = "rate_limited"  # 429 with an OpenAI-shaped error body, no Retry-After
     HANG_BEFORE_HEADERS = "hang_before_headers"  # reads the request, never answers
     HANG_MID_ANSWER = "hang_mid_answer"  # 200, one chunk (or half a body), then silence
     TRUNCATED_STREAM = "truncated_stream"  # 200, one chunk, then EOF without [DONE]
@@ -186,6 +187,9 @@ class FaultyEngine:
                 }
             }
             await _reply(writer, 500, orjson.dumps(error), "application/json")
+        elif fault is Fault.RATE_LIMITED:
+            error = {"error": {"message": "slow down", "type": "rate_limit_error", "code": None}}
+            await _reply(writer, 429, orjson.dumps(error), "application/json")
         elif fault is Fault.HANG_BEFORE_HEADERS:
             await self._hold(reader)
         elif fault is Fault.RESET:

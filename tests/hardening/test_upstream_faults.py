@@ -26,6 +26,7 @@ from gateway_harness import (
     MODEL,
     Reply,
     Stack,
+    assert_retry_headers,
     backend_state,
     gateway_at,
     http_call,
@@ -177,6 +178,24 @@ def test_engine_fault_gives_a_clean_error_and_frees_everything(
     assert released
     assert idle
     assert counted == {"upstream_error": 1}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
+def test_an_engine_429_reaches_the_client_with_retry_headers(
+    tolerant: tuple[FaultyEngine, Stack], stream: bool
+) -> None:
+    """An engine's own 429 (no Retry-After of its own) is relayed with ``Retry-After`` and
+    ``retry-after-ms``, so SDKs back off; the slot is freed and no circuit failure counted."""
+    engine, gateway = tolerant
+    engine.fault = Fault.RATE_LIMITED
+    try:
+        _, reply = _post(gateway, stream=stream)
+    finally:
+        engine.fault = Fault.NONE
+    assert reply.status == 429
+    assert reply.json()["error"]["message"] == "slow down"
+    assert_retry_headers(reply)
+    assert wait_until(lambda: _idle(gateway), 1.0)
 
 
 def test_healthy_engine_passes_through(tolerant: tuple[FaultyEngine, Stack]) -> None:

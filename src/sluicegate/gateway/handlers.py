@@ -32,7 +32,7 @@ from sluicegate.gateway.auth import request_token
 from sluicegate.gateway.body import read_body
 from sluicegate.gateway.classify import Endpoint, classify, estimate_prompt_tokens, parse_body
 from sluicegate.gateway.driver import RunningHandle, Verdict
-from sluicegate.gateway.errors import GatewayError
+from sluicegate.gateway.errors import GatewayError, retry_headers
 from sluicegate.gateway.interrupts import Interrupt, Interruptible, WaitInterruptedError
 from sluicegate.gateway.metrics import LaneMetrics
 from sluicegate.gateway.sse import SseScanner
@@ -44,6 +44,7 @@ PATHS: dict[Endpoint, str] = {
     "embeddings": "/v1/embeddings",
 }
 log = logging.getLogger("sluicegate.gateway")
+ENGINE_RETRY_AFTER_S = 1.0
 _ids = itertools.count(1)
 # Ticket ids double as the upstream X-Request-Id: 32 hex digits, which parse as a UUID
 # (llama-cpp-python refuses any other shape with an empty 400).
@@ -468,7 +469,14 @@ class InferenceHandler:
         elapsed = self.state.driver.now() - ticket.arrival
         outcome = Outcome.COMPLETED if status < 400 else Outcome.UPSTREAM_ERROR
         self._finish(ticket, Usage(prompt, completion, ttft_s=None), outcome, elapsed, metrics)
-        await send_body(send, status, body, [JSON, *self._headers(ticket, admit)])
+        headers = [JSON, *self._headers(ticket, admit)]
+        if status == 429:
+            # The engine's own 429 (its headers are not relayed) still tells SDKs when to retry.
+            headers.extend(
+                (name.lower().encode(), value.encode())
+                for name, value in retry_headers(ENGINE_RETRY_AFTER_S).items()
+            )
+        await send_body(send, status, body, headers)
 
     # ------------------------------------------------------------------ stream
 
