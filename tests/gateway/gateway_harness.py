@@ -33,13 +33,16 @@ ADMIN_KEY = "admin-secret-canary"
 
 
 @dataclass(frozen=True)
-class _Running:
+class RunningServer:
+    """A uvicorn server running in a background thread, and the port it listens on."""
+
     server: uvicorn.Server
     thread: threading.Thread
     port: int
 
 
-def _start(app: ASGIApp, port: int = 0) -> _Running:
+def start_server(app: ASGIApp, port: int = 0) -> RunningServer:
+    """Serve ``app`` with uvicorn on 127.0.0.1 in a thread; return once it listens."""
     # The gateway runs with its guarded protocol (header/body timeouts, header caps), as
     # ``sluicegate serve`` does; engines with plain httptools.
     http: dict[str, Any] = {"http": "httptools"}
@@ -59,10 +62,10 @@ def _start(app: ASGIApp, port: int = 0) -> _Running:
             server.should_exit = True
             raise RuntimeError("server did not start")
         time.sleep(0.005)
-    return _Running(server, thread, int(server.servers[0].sockets[0].getsockname()[1]))
+    return RunningServer(server, thread, int(server.servers[0].sockets[0].getsockname()[1]))
 
 
-def _stop(running: Sequence[_Running]) -> None:
+def stop_servers(running: Sequence[RunningServer]) -> None:
     """Stop servers together: each takes ~0.2 s of uvicorn ticks to wind down."""
     for one in running:
         one.server.should_exit = True
@@ -73,11 +76,11 @@ def _stop(running: Sequence[_Running]) -> None:
 @contextmanager
 def serve_in_thread(app: ASGIApp) -> Iterator[int]:
     """Serve ``app`` with uvicorn on 127.0.0.1; yield its port; stop it cleanly."""
-    running = _start(app)
+    running = start_server(app)
     try:
         yield running.port
     finally:
-        _stop([running])
+        stop_servers([running])
 
 
 def engine_config(**overrides: int | float) -> EngineConfig:
@@ -143,19 +146,19 @@ def stack(
     weights: Sequence[float] | None = None,
 ) -> Iterator[Stack]:
     """``engines`` emulators and a gateway configured with ``body`` in front of them."""
-    running: list[_Running] = []
+    running: list[RunningServer] = []
     try:
         for i in range(engines):
             emulator = build_emulator(engine or preset("tiny"), model=MODEL, seed=i)
-            running.append(_start(emulator))
+            running.append(start_server(emulator))
         ports = [one.port for one in running]
         config = gateway_config(ports, body, weights=weights)
         env = {"SLUICEGATE_ADMIN_KEY": ADMIN_KEY, **(environ or {})}
         app = build_gateway(config, environ=env, scrape=scrape)
-        running.append(_start(app))
+        running.append(start_server(app))
         yield Stack(running[-1].port, tuple(ports), config)
     finally:
-        _stop(running)
+        stop_servers(running)
 
 
 # Model keys that make the scheduler's service-time priors short, so the
@@ -320,11 +323,11 @@ def gateway_at(
     """A gateway alone, with backends at ``engine_ports`` (e.g. ones nothing listens on)."""
     config = gateway_config(engine_ports, body, weights=weights)
     env = {"SLUICEGATE_ADMIN_KEY": ADMIN_KEY, **(environ or {})}
-    running = _start(build_gateway(config, environ=env, scrape=scrape))
+    running = start_server(build_gateway(config, environ=env, scrape=scrape))
     try:
         yield Stack(running.port, tuple(engine_ports), config)
     finally:
-        _stop([running])
+        stop_servers([running])
 
 
 def outcomes(base_url: str) -> dict[str, float]:
@@ -351,7 +354,7 @@ class EngineServer:
     def __init__(self, engine: EngineConfig | None = None, *, seed: int = 0) -> None:
         self._engine = engine or preset("tiny")
         self._seed = seed
-        self._running: _Running | None = None
+        self._running: RunningServer | None = None
         self.port = 0
 
     @property
@@ -366,14 +369,14 @@ class EngineServer:
         """Serve a fresh emulator (on the same port as before, if it ran before)."""
         assert self._running is None, "already running"
         app = build_emulator(self._engine, model=MODEL, seed=self._seed)
-        self._running = _start(app, self.port)
+        self._running = start_server(app, self.port)
         self.port = self._running.port
 
     def stop(self) -> None:
         """Shut down gracefully (open streams end, the port is released)."""
         running, self._running = self._running, None
         if running is not None:
-            _stop([running])
+            stop_servers([running])
 
     def kill(self) -> None:
         """Die like a crashed process: stop listening and reset every open connection at once,

@@ -29,15 +29,15 @@ import pytest
 from gateway_harness import (
     ADMIN_KEY,
     MODEL,
-    _Running,
-    _start,
-    _stop,
+    RunningServer,
     engine_config,
     engine_stats,
     gateway_config,
     model_state,
     outcomes,
     serve_in_thread,
+    start_server,
+    stop_servers,
     wait_until,
 )
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -70,7 +70,7 @@ T = TypeVar("T")
 class Live:
     """A gateway (whose uvicorn server and loop the test can inspect) and its engine."""
 
-    gateway: _Running
+    gateway: RunningServer
     engine_port: int
 
     @property
@@ -117,11 +117,11 @@ def live(
             environ={"SLUICEGATE_ADMIN_KEY": ADMIN_KEY},
             scrape=False,
         )
-        running = _start(gateway_app)
+        running = start_server(gateway_app)
         try:
             yield Live(running, engine_port)
         finally:
-            _stop([running])
+            stop_servers([running])
 
 
 def _idle(gateway: Live) -> bool:

@@ -93,6 +93,22 @@ async def _watch(receive: Receive, interrupts: Interruptible) -> None:
             return
 
 
+class _Exchange:
+    """One admitted-or-waiting request: what every step of serving it needs."""
+
+    __slots__ = ("interrupts", "metrics", "raw", "scope", "send", "ticket")
+
+    def __init__(
+        self, scope: Scope, send: Send, ticket: Ticket, metrics: LaneMetrics, raw: bytes
+    ) -> None:
+        self.scope = scope
+        self.send = send
+        self.ticket = ticket
+        self.metrics = metrics
+        self.raw = raw
+        self.interrupts = Interruptible()
+
+
 class InferenceHandler:
     """Serves one OpenAI inference endpoint through the scheduler, as a plain ASGI app."""
 
@@ -168,37 +184,34 @@ class InferenceHandler:
             verdict = waiting.result()
             if not isinstance(verdict, Admit):
                 self._refuse(ticket, verdict, metrics)
-        interrupts = Interruptible()
-        watcher = asyncio.create_task(_watch(receive, interrupts))
+        x = _Exchange(scope, send, ticket, metrics, raw)
+        watcher = asyncio.create_task(_watch(receive, x.interrupts))
         try:
-            admit = await self._verdict(interrupts, ticket, waiting, metrics)
+            admit = await self._verdict(x, waiting)
             if admit is None:
                 return
             if parsed.stream:
-                await self._stream(scope, send, interrupts, ticket, admit, raw, metrics)
+                await self._stream(x, admit)
             else:
-                await self._unary(send, interrupts, ticket, admit, raw, metrics)
+                await self._unary(x, admit)
         except GatewayError:
             raise
         except Exception:
-            await self._unexpected(scope, send, ticket, metrics)
+            await self._unexpected(x)
         finally:
             watcher.cancel()
-            interrupts.close()
+            x.interrupts.close()
 
-    async def _unexpected(
-        self, scope: Scope, send: Send, ticket: Ticket, metrics: LaneMetrics
-    ) -> None:
+    async def _unexpected(self, x: _Exchange) -> None:
         """A bug or an answer nothing above foresaw: free the slot (once), tell the client."""
-        log.exception("unexpected error while serving request %s", ticket.id)
-        if self.state.scheduler.state_of(ticket.id) is not None:
-            failed = Usage(ticket.prompt_tokens, 0, ok=False)
-            self._finish(ticket, failed, Outcome.UPSTREAM_ERROR, None, metrics)
+        log.exception("unexpected error while serving request %s", x.ticket.id)
+        if self.state.scheduler.state_of(x.ticket.id) is not None:
+            self._end(x, Outcome.UPSTREAM_ERROR, ok=False)
         error = GatewayError(502, "upstream_error", "the gateway could not relay the answer")
         try:
-            await send_error(send, error)
+            await send_error(x.send, error)
         except RuntimeError:  # the response had already started
-            await abort_connection(scope)
+            await abort_connection(x.scope)
 
     def _refuse(self, ticket: Ticket, verdict: Reject | Expire, metrics: LaneMetrics) -> None:
         """Raise the error a rejected or expired ticket is answered with."""
@@ -218,14 +231,9 @@ class InferenceHandler:
             retry_after_s=verdict.retry_after_s,
         )
 
-    async def _verdict(
-        self,
-        interrupts: Interruptible,
-        ticket: Ticket,
-        waiting: asyncio.Future[Verdict],
-        metrics: LaneMetrics,
-    ) -> Admit | None:
+    async def _verdict(self, x: _Exchange, waiting: asyncio.Future[Verdict]) -> Admit | None:
         """Wait for admission; ``None`` if the client left; raise on reject/expire."""
+        interrupts = x.interrupts
         try:
             if waiting.cancelled():
                 raise WaitInterruptedError(Interrupt.DISCONNECTED)
@@ -240,13 +248,13 @@ class InferenceHandler:
                 finally:
                     interrupts.disarm()
         except WaitInterruptedError:
-            self.state.driver.cancel(ticket.id)
-            metrics.ended(Outcome.CANCELLED)
+            self.state.driver.cancel(x.ticket.id)
+            x.metrics.ended(Outcome.CANCELLED)
             return None
         if not isinstance(verdict, Admit):
-            self._refuse(ticket, verdict, metrics)
+            self._refuse(x.ticket, verdict, x.metrics)
         assert isinstance(verdict, Admit)
-        metrics.queue_wait.observe(verdict.queued_s)
+        x.metrics.queue_wait.observe(verdict.queued_s)
         return verdict
 
     def _headers(self, ticket: Ticket, admit: Admit) -> Headers:
@@ -255,15 +263,9 @@ class InferenceHandler:
             (b"x-sluicegate-lane", ticket.lane.encode()),
         ]
 
-    def _finish(
-        self,
-        ticket: Ticket,
-        usage: Usage,
-        outcome: Outcome,
-        ttft_s: float | None,
-        metrics: LaneMetrics,
-    ) -> None:
-        state = self.state
+    def _finish(self, x: _Exchange, usage: Usage, outcome: Outcome, ttft_s: float | None) -> None:
+        """Release the ticket's slot with its real usage and count how it ended."""
+        state, ticket, metrics = self.state, x.ticket, x.metrics
         state.driver.complete(ticket.id, usage)
         metrics.ended(outcome)
         metrics.duration.observe(state.driver.now() - ticket.arrival)
@@ -273,11 +275,13 @@ class InferenceHandler:
             ticket.model, ticket.tenant, usage.prompt_tokens, usage.completion_tokens
         )
 
-    def _timed_out(self, ticket: Ticket, metrics: LaneMetrics) -> GatewayError:
+    def _end(self, x: _Exchange, outcome: Outcome, *, generated: int = 0, ok: bool = True) -> None:
+        """``_finish`` for an answer that never reached the client whole."""
+        self._finish(x, Usage(x.ticket.prompt_tokens, generated, ok=ok), outcome, None)
+
+    def _timed_out(self, x: _Exchange) -> GatewayError:
         """End a ticket whose engine did not answer in time; the error to answer with."""
-        self._finish(
-            ticket, Usage(ticket.prompt_tokens, 0, ok=False), Outcome.UPSTREAM_ERROR, None, metrics
-        )
+        self._end(x, Outcome.UPSTREAM_ERROR, ok=False)
         return GatewayError(504, "upstream_timeout", "the engine did not answer in time")
 
     def _watch_preemption(self, interrupts: Interruptible, handle: RunningHandle) -> None:
@@ -287,17 +291,8 @@ class InferenceHandler:
 
     # ------------------------------------------------------------------ unary
 
-    async def _unary(
-        self,
-        send: Send,
-        interrupts: Interruptible,
-        ticket: Ticket,
-        admit: Admit,
-        raw: bytes,
-        metrics: LaneMetrics,
-    ) -> None:
-        state = self.state
-        failed = Usage(ticket.prompt_tokens, 0, ok=False)
+    async def _unary(self, x: _Exchange, admit: Admit) -> None:
+        state, ticket, interrupts, raw = self.state, x.ticket, x.interrupts, x.raw
         upstream_body: bytes | None = None
         while True:
             handle = state.driver.handle(ticket.id)
@@ -321,7 +316,7 @@ class InferenceHandler:
                     )
                     interrupts.upstream.after(self._idle_s)
                     if assembler is not None and response.status == 200:
-                        await self._gather(interrupts, ticket, response, assembler)
+                        await self._gather(x, response, assembler)
                         body = assembler.body(prompt_tokens=ticket.prompt_tokens)
                     else:
                         body = await state.upstream.read(response)
@@ -346,29 +341,25 @@ class InferenceHandler:
                     assert preempt is not None
                     interrupts.reset()
                     generated = len(assembler.parts) if assembler is not None else 0
-                    next_admit = await self._after_preempt(
-                        interrupts, ticket, preempt, generated, metrics
-                    )
+                    next_admit = await self._after_preempt(x, preempt, generated)
                     if next_admit is None:
                         if not interrupts.gone:
-                            await self._send_preempted_body(send, ticket, admit, assembler)
+                            await self._send_preempted_body(x, admit, assembler)
                         return
                     admit = next_admit
                     continue
                 if exc.reason is Interrupt.UPSTREAM_TIMEOUT:
-                    raise self._timed_out(ticket, metrics) from None
-                self._finish(
-                    ticket, Usage(ticket.prompt_tokens, 0), Outcome.CANCELLED, None, metrics
-                )
+                    raise self._timed_out(x) from None
+                self._end(x, Outcome.CANCELLED)
                 return
             except BaseException as exc:
                 if response is not None:
                     response.close()
                 if isinstance(exc, GatewayError):
-                    self._finish(ticket, failed, Outcome.UPSTREAM_ERROR, None, metrics)
+                    self._end(x, Outcome.UPSTREAM_ERROR, ok=False)
                 raise
             response.release()
-            await self._relay_unary(send, ticket, admit, response.status, body, metrics)
+            await self._relay_unary(x, admit, response.status, body)
             return
 
     def _streams_upstream(self, ticket: Ticket, backend: str) -> bool:
@@ -378,25 +369,18 @@ class InferenceHandler:
         if self.endpoint == "embeddings":
             return False
         engine = self.state.backend_engine(ticket.model, backend)
-        return engine == "llamacpp" or self._may_abort(ticket)
-
-    def _may_abort(self, ticket: Ticket) -> bool:
-        """Whether the ticket's lane could preempt it with ``abort``."""
+        if engine == "llamacpp":
+            return True
+        # The lane could preempt it with ``abort``.
         lane = self.state.models[ticket.model].lane(ticket.lane)
         return (
-            self.endpoint != "embeddings"
-            and lane.preempt_action == "abort"
-            and required_fraction(lane, ticket.priority) is not None
+            lane.preempt_action == "abort" and required_fraction(lane, ticket.priority) is not None
         )
 
     async def _gather(
-        self,
-        interrupts: Interruptible,
-        ticket: Ticket,
-        response: aiohttp.ClientResponse,
-        assembler: StreamAssembler,
+        self, x: _Exchange, response: aiohttp.ClientResponse, assembler: StreamAssembler
     ) -> None:
-        driver = self.state.driver
+        driver, ticket, interrupts = self.state.driver, x.ticket, x.interrupts
         received = 0
         try:
             async for data in response.content.iter_any():
@@ -411,51 +395,36 @@ class InferenceHandler:
         if not assembler.done:
             raise GatewayError(502, "upstream_error", "the engine ended the answer early")
 
-    async def _after_preempt(
-        self,
-        interrupts: Interruptible,
-        ticket: Ticket,
-        preempt: Preempt,
-        generated: int,
-        metrics: LaneMetrics,
-    ) -> Admit | None:
+    async def _after_preempt(self, x: _Exchange, preempt: Preempt, generated: int) -> Admit | None:
         """Free the preempted slot; for ``requeue`` wait for the next admission."""
-        driver = self.state.driver
+        driver, ticket = self.state.driver, x.ticket
         if preempt.action is PreemptAction.REQUEUE:
             waiting = driver.requeue_wait(ticket.id)
             driver.complete(ticket.id, Usage(ticket.prompt_tokens, generated))
-            return await self._verdict(interrupts, ticket, waiting, metrics)
-        usage = Usage(ticket.prompt_tokens, generated)
-        self._finish(ticket, usage, Outcome.PREEMPTED, None, metrics)
+            return await self._verdict(x, waiting)
+        self._end(x, Outcome.PREEMPTED, generated=generated)
         return None
 
     async def _send_preempted_body(
-        self, send: Send, ticket: Ticket, admit: Admit, assembler: StreamAssembler | None
+        self, x: _Exchange, admit: Admit, assembler: StreamAssembler | None
     ) -> None:
+        ticket = x.ticket
         if assembler is None:
             assembler = StreamAssembler(self.endpoint)
         if not assembler.id:
             assembler.id, assembler.model = ticket.id, ticket.model
         body = assembler.body(prompt_tokens=ticket.prompt_tokens, finish_reason="preempted")
         headers = [JSON, *self._headers(ticket, admit), (b"x-sluicegate-preempted", b"1")]
-        await send_body(send, 200, body, headers)
+        await send_body(x.send, 200, body, headers)
 
-    async def _relay_unary(
-        self,
-        send: Send,
-        ticket: Ticket,
-        admit: Admit,
-        status: int,
-        body: bytes,
-        metrics: LaneMetrics,
-    ) -> None:
+    async def _relay_unary(self, x: _Exchange, admit: Admit, status: int, body: bytes) -> None:
+        ticket = x.ticket
         try:
             parsed = orjson.loads(body)
         except orjson.JSONDecodeError:
             parsed = None
         if status >= 500 or not isinstance(parsed, dict):
-            failed = Usage(ticket.prompt_tokens, 0, ok=False)
-            self._finish(ticket, failed, Outcome.UPSTREAM_ERROR, None, metrics)
+            self._end(x, Outcome.UPSTREAM_ERROR, ok=False)
             raise GatewayError(502, "upstream_error", f"the engine answered {status}")
         usage = parsed.get("usage")
         prompt, completion = ticket.prompt_tokens, 0
@@ -468,7 +437,7 @@ class InferenceHandler:
                 completion = reported
         elapsed = self.state.driver.now() - ticket.arrival
         outcome = Outcome.COMPLETED if status < 400 else Outcome.UPSTREAM_ERROR
-        self._finish(ticket, Usage(prompt, completion, ttft_s=None), outcome, elapsed, metrics)
+        self._finish(x, Usage(prompt, completion, ttft_s=None), outcome, elapsed)
         headers = [JSON, *self._headers(ticket, admit)]
         if status == 429:
             # The engine's own 429 (its headers are not relayed) still tells SDKs when to retry.
@@ -476,21 +445,12 @@ class InferenceHandler:
                 (name.lower().encode(), value.encode())
                 for name, value in retry_headers(ENGINE_RETRY_AFTER_S).items()
             )
-        await send_body(send, status, body, headers)
+        await send_body(x.send, status, body, headers)
 
     # ------------------------------------------------------------------ stream
 
-    async def _stream(
-        self,
-        scope: Scope,
-        send: Send,
-        interrupts: Interruptible,
-        ticket: Ticket,
-        admit: Admit,
-        raw: bytes,
-        metrics: LaneMetrics,
-    ) -> None:
-        state = self.state
+    async def _stream(self, x: _Exchange, admit: Admit) -> None:
+        state, ticket, interrupts = self.state, x.ticket, x.interrupts
         handle = state.driver.handle(ticket.id)
         url = state.backend_url(ticket.model, admit.backend) + self.path
         self._watch_preemption(interrupts, handle)
@@ -499,7 +459,7 @@ class InferenceHandler:
             interrupts.upstream.after(self._first_byte_s)
             try:
                 response = await state.upstream.post(
-                    url, raw, ticket.id, reuse=state.keeps_alive(ticket.model, admit.backend)
+                    url, x.raw, ticket.id, reuse=state.keeps_alive(ticket.model, admit.backend)
                 )
             except asyncio.CancelledError:
                 raise interrupts.interrupted() from None
@@ -508,19 +468,17 @@ class InferenceHandler:
         except WaitInterruptedError as exc:
             handle.on_preempt = None
             if exc.reason is Interrupt.PREEMPTED:
-                usage = Usage(ticket.prompt_tokens, 0)
-                self._finish(ticket, usage, Outcome.PREEMPTED, None, metrics)
+                self._end(x, Outcome.PREEMPTED)
                 headers = [*SSE, *self._headers(ticket, admit), (b"x-sluicegate-preempted", b"1")]
-                await send_body(send, 200, _preempted_chunk(self.endpoint, ticket.id), headers)
+                await send_body(x.send, 200, _preempted_chunk(self.endpoint, ticket.id), headers)
                 return
             if exc.reason is Interrupt.UPSTREAM_TIMEOUT:
-                raise self._timed_out(ticket, metrics) from None
-            self._finish(ticket, Usage(ticket.prompt_tokens, 0), Outcome.CANCELLED, None, metrics)
+                raise self._timed_out(x) from None
+            self._end(x, Outcome.CANCELLED)
             return
         except GatewayError:
             handle.on_preempt = None
-            failed = Usage(ticket.prompt_tokens, 0, ok=False)
-            self._finish(ticket, failed, Outcome.UPSTREAM_ERROR, None, metrics)
+            self._end(x, Outcome.UPSTREAM_ERROR, ok=False)
             raise
         if response.status != 200 or response.content_type != "text/event-stream":
             handle.on_preempt = None
@@ -531,30 +489,26 @@ class InferenceHandler:
                 body = b""
             finally:
                 response.release()
-            await self._relay_unary(send, ticket, admit, response.status, body, metrics)
+            await self._relay_unary(x, admit, response.status, body)
             return
-        await send(
+        await x.send(
             {
                 "type": "http.response.start",
                 "status": 200,
                 "headers": [*SSE, *self._headers(ticket, admit)],
             }
         )
-        await self._relay(scope, send, interrupts, ticket, admit, response, handle, metrics)
+        await self._relay(x, admit, response, handle)
 
     async def _relay(
         self,
-        scope: Scope,
-        send: Send,
-        interrupts: Interruptible,
-        ticket: Ticket,
+        x: _Exchange,
         admit: Admit,
         response: aiohttp.ClientResponse,
         handle: RunningHandle,
-        metrics: LaneMetrics,
     ) -> None:
         """Pass SSE bytes through as they arrive; account for them; end exactly once."""
-        driver = self.state.driver
+        driver, ticket, interrupts, send = self.state.driver, x.ticket, x.interrupts, x.send
         scanner = SseScanner()
         ttft_s: float | None = None
         outcome = Outcome.COMPLETED
@@ -633,22 +587,21 @@ class InferenceHandler:
                 ttft_s=None if ttft_s is None else ttft_s - admit.queued_s,
                 ok=ok,
             )
-            self._finish(ticket, usage, outcome, ttft_s, metrics)
+            self._finish(x, usage, outcome, ttft_s)
         if interrupts.reason is Interrupt.CLIENT_STALLED:
-            await abort_connection(scope)
+            await abort_connection(x.scope)
         elif outcome is not Outcome.CANCELLED:
-            await self._end_stream(scope, send, interrupts, tail or b"")
+            await self._end_stream(x, tail or b"")
 
-    async def _end_stream(
-        self, scope: Scope, send: Send, interrupts: Interruptible, tail: bytes
-    ) -> None:
+    async def _end_stream(self, x: _Exchange, tail: bytes) -> None:
         """Send the last bytes of a stream, still dropping a client that stopped reading."""
+        interrupts = x.interrupts
         interrupts.reset()
         try:
             interrupts.arm()
             interrupts.client.after(self._stall_s)
             try:
-                await send({"type": "http.response.body", "body": tail, "more_body": False})
+                await x.send({"type": "http.response.body", "body": tail, "more_body": False})
             except asyncio.CancelledError:
                 raise interrupts.interrupted() from None
             finally:
@@ -656,4 +609,4 @@ class InferenceHandler:
                 interrupts.client.clear()
         except WaitInterruptedError as exc:
             if exc.reason is Interrupt.CLIENT_STALLED:
-                await abort_connection(scope)
+                await abort_connection(x.scope)
