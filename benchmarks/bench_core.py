@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             f"Machine: {platform.machine()}, {os.cpu_count()} cores, "
             f"Python {platform.python_version()}, {sys.platform}  ",
             f"Date: {dt.date.today().isoformat()}  ",
-            f"Bar: ≤ {BAR_US:g} µs per ticket (median of runs), SPEC §14. Runs of the two",
+            f"Bar: ≤ {BAR_US:g} µs per ticket (median of runs), DESIGN §13. Runs of the two",
             "builds are interleaved, each in a fresh process.",
             "",
             "| policy | build | median µs | min µs | max µs | meets bar |",

@@ -501,7 +501,7 @@ def ceiling_grid(steps: dict[str, list[Step]], probes: dict[str, Probe]) -> Grid
 def bars_grid(
     deltas: dict[str, float], steps: dict[str, list[Step]], probes: dict[str, Probe]
 ) -> Grid:
-    """The SPEC §14 overhead bars with the margin by which each holds or fails."""
+    """The DESIGN §13 overhead bars with the margin by which each holds or fails."""
     base = probes["pass-through"].lo
     cpu_ratio = cost_us(steps["pass-through"], "pass-through") / cost_us(
         steps["sluicegate"], "sluicegate"
@@ -529,7 +529,7 @@ def bars_grid(
                 f"{'yes' if ok else 'NO'}|{word} {abs(margin):.2f} {unit}"
             )
         )
-    return "SPEC §14 overhead bars", ["bar", "measured", "limit", "meets", "margin"], rows
+    return "DESIGN §13 overhead bars", ["bar", "measured", "limit", "meets", "margin"], rows
 
 
 # ---------------------------------------------------------------------- output

@@ -1,6 +1,6 @@
 """Policies, live: a trace slice through the gateway in real time, next to the simulator.
 
-A slice of the Azure conversation trace (``../shared/traces``), replayed at
+A slice of the Azure conversation trace (``data/traces``), replayed at
 ``--rate-scale`` × its rate, with 70% of requests from an interactive ``chat``
 tenant (deadline 10 s, priority 1) and 30% from ``docs`` (deadline 120 s,
 priority 3) in one shared lane of ``SLOTS`` slots, the mix of
@@ -53,7 +53,7 @@ from sluicegate.sim.run import with_policy
 from sluicegate.sim.workloads import apply_mix, load_workload, parse_mix, scale_rate, window
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+TRACE = ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 MODEL = "policy-llm"
 PRESET = "llama-3.1-8b-h100"
 SLOTS = 16
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     busy = ", ".join(f"{p} {c:.2f}" for p, c in others.items())
     window = "first" if args.start_s == 0 else f"from {args.start_s:g} s,"
     notes = [
-        f"Mode: {args.mode}. Trace: `../shared/traces/{TRACE.name}`, {window} "
+        f"Mode: {args.mode}. Trace: `data/traces/{TRACE.name}`, {window} "
         f"{args.window_s * args.rate_scale:g} s replayed at ×{args.rate_scale:g} over "
         f"{end:.0f} s: {len(requests)} requests "
         f"({len(requests) / args.window_s:.1f} req/s), mix `{MIX}`"

@@ -24,7 +24,7 @@ from sluicegate.sim.run import run_comparison
 from sluicegate.sim.workloads import load_workload
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+TRACE = ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 POLICIES = ["fifo", "sjf", "slack", "fair", "oracle"]
 BAR_S = 60.0
 

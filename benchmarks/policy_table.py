@@ -23,7 +23,7 @@ from sluicegate.sim.run import run_comparison
 from sluicegate.sim.workloads import apply_mix, load_workload, parse_mix, window
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+TRACE = ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 CONFIG = ROOT / "examples" / "simulate-shared-lane.yaml"
 MIX = "0.7:chat:shared:1:10000,0.3:docs:shared:3:120000"
 POLICIES = ["fifo", "sjf", "oracle", "slack", "slack-oracle", "fair"]
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     table = "\n".join(
         [
             "Command: `python benchmarks/policy_table.py --write docs/POLICIES.md` "
-            "(trace: `../shared/traces/AzureLLMInferenceTrace_conv.csv`, first 20 minutes; "
+            "(trace: `data/traces/AzureLLMInferenceTrace_conv.csv`, first 20 minutes; "
             f"config: `examples/simulate-shared-lane.yaml`; mix `{MIX}`; "
             "client `max_tokens` = output rounded up to a power of two).",
             "",

@@ -1,4 +1,4 @@
-"""Tests for the queueing-theory capacity planner (SPEC §11, §15)."""
+"""Tests for the queueing-theory capacity planner (DESIGN §12, §15)."""
 
 from __future__ import annotations
 
@@ -60,14 +60,14 @@ def _plan_input(**overrides: float) -> PlanInput:
 
 
 def test_mm2_matches_published_values() -> None:
-    """M/M/2 with λ=1.8, μ=1 has C = 0.852632 and W_q = 4.263158 (SPEC §15)."""
+    """M/M/2 with λ=1.8, μ=1 has C = 0.852632 and W_q = 4.263158 (DESIGN §15)."""
     stats = mmc_wait(1.8, 1.0, 2)
     assert stats.p_wait == pytest.approx(0.852632, abs=1e-6)
     assert stats.mean_wait_s == pytest.approx(4.263158, abs=1e-6)
 
 
 def test_mm8_matches_published_values() -> None:
-    """M/M/8 with λ=6, μ=1 has C = 0.356981 and W_q = 0.178491 (SPEC §15)."""
+    """M/M/8 with λ=6, μ=1 has C = 0.356981 and W_q = 0.178491 (DESIGN §15)."""
     stats = mmc_wait(6.0, 1.0, 8)
     assert stats.p_wait == pytest.approx(0.356981, abs=1e-6)
     assert stats.mean_wait_s == pytest.approx(0.178491, abs=1e-6)

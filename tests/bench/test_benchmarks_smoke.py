@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+TRACE = ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 
 
 def run_smoke(script: str, tmp_path: Path) -> tuple[str, str]:
@@ -91,7 +91,6 @@ def test_overload_smoke_rejects_the_excess_and_reports_every_step(tmp_path: Path
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not TRACE.exists(), reason="needs ../shared/traces beside the checkout")
 def test_policies_smoke_puts_live_and_simulated_side_by_side(tmp_path: Path) -> None:
     """Both policies ran live without a failure, and each live p99 sits next to a
     simulated one of the same order (the smoke load is light, so they nearly agree)."""

@@ -1,4 +1,4 @@
-"""Lane ordering policies, observed through the real Scheduler (SPEC §5).
+"""Lane ordering policies, observed through the real Scheduler (DESIGN §6).
 
 Each test uses one lane with ``max_concurrency`` 1: a blocker takes the slot,
 the tickets under test queue behind it, and completing the running ticket

@@ -1,4 +1,4 @@
-"""Scheduler rules (SPEC §3–§6): timeouts, rejections, caps, borrowing, preemption, health.
+"""Scheduler rules (DESIGN §4–§7): timeouts, rejections, caps, borrowing, preemption, health.
 
 Every test drives the real ``Scheduler`` with explicit ``now`` values. Lanes
 come from the ``make_lane`` fixture (cap 1, fifo, never preemptible, hour-long

@@ -1,4 +1,4 @@
-"""``/metrics``: Prometheus text carrying SPEC §9's names, counting what really happened."""
+"""``/metrics``: Prometheus text carrying DESIGN §10's names, counting what really happened."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def _value(scraped: Scraped, name: str, **labels: str) -> float:
 def test_every_spec_metric_is_exposed_with_its_type(
     scraped: Scraped, family: str, kind: str
 ) -> None:
-    """Each SPEC §9 metric parses as a family of its type (counters as ``<name>_total``)."""
+    """Each DESIGN §10 metric parses as a family of its type (counters as ``<name>_total``)."""
     families = {f.name: f for f in text_string_to_metric_families(scraped.text)}
     assert family in families
     assert families[family].type == kind

@@ -1,4 +1,4 @@
-"""Adaptive concurrency limits over real HTTP (SPEC §4): the effective cap follows the
+"""Adaptive concurrency limits over real HTTP (DESIGN §5): the effective cap follows the
 engine's KV-cache pressure (``kv_cache`` mode) or its time to first token (``latency``)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Lane borrowing over real HTTP (SPEC §4): idle capacity is lent, and reclaimed on demand.
+"""Lane borrowing over real HTTP (DESIGN §5): idle capacity is lent, and reclaimed on demand.
 
 The model's cap (4) is the sum of its two lanes' caps (2 + 2), so the batch
 lane can only run more than its own 2 by borrowing the interactive lane's

@@ -1,4 +1,4 @@
-"""Backend health over real HTTP (SPEC §7): active probes, the passive circuit, and engines
+"""Backend health over real HTTP (DESIGN §8): active probes, the passive circuit, and engines
 that die while they serve."""
 
 from __future__ import annotations

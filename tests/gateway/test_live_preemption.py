@@ -1,4 +1,4 @@
-"""Preemption over real HTTP (SPEC §6): who is stopped, when, and what each client sees.
+"""Preemption over real HTTP (DESIGN §7): who is stopped, when, and what each client sees.
 
 Best-effort work runs at priority 4 (``X-Sluicegate-Priority: 4``) so that an
 interactive request at the default priority 2 is a higher tier; the

@@ -1,4 +1,4 @@
-"""Multi-replica routing over real HTTP (SPEC §7), measured by what each emulator admitted."""
+"""Multi-replica routing over real HTTP (DESIGN §8), measured by what each emulator admitted."""
 
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ def test_document_is_valid_openapi_3_1() -> None:
 
 
 def test_document_names_every_endpoint_and_error_status() -> None:
-    """Every endpoint of SPEC §8 is documented; the inference ones list each refusal, and
+    """Every endpoint of DESIGN §9 is documented; the inference ones list each refusal, and
     429/503 require ``Retry-After`` and ``retry-after-ms``."""
     paths = DOCUMENT["paths"]
     expected = {

@@ -1,4 +1,4 @@
-"""The simulator drives the real scheduler and engines faithfully (SPEC §11).
+"""The simulator drives the real scheduler and engines faithfully (DESIGN §12).
 
 Scenarios run on the ``tiny`` engine preset with small scheduler caps so that
 queues form and policies matter, and finish in about a second each.

@@ -48,7 +48,7 @@ RHOS = (0.5, 0.8, 0.9)
 
 
 def _erlang_c(c: int, a: float) -> float:
-    """P(wait) in M/M/c, the textbook formula with factorials (SPEC §15)."""
+    """P(wait) in M/M/c, the textbook formula with factorials (DESIGN §15)."""
     rho = a / c
     top = a**c / math.factorial(c) / (1.0 - rho)
     return top / (math.fsum(a**k / math.factorial(k) for k in range(c)) + top)

@@ -1,4 +1,4 @@
-"""Summary statistics, report files and the policy comparison entry point (SPEC §11)."""
+"""Summary statistics, report files and the policy comparison entry point (DESIGN §12)."""
 
 from __future__ import annotations
 

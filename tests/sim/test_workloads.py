@@ -1,4 +1,4 @@
-"""Tests for the trace loaders (SPEC §11): Azure and BurstGPT CSV, our JSONL, validation."""
+"""Tests for the trace loaders (DESIGN §12): Azure and BurstGPT CSV, our JSONL, validation."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from sluicegate.sim.workloads import (
     write_jsonl,
 )
 
-TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 BURST_HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
 

@@ -1,4 +1,4 @@
-"""Tests for tenant mixes: apply_mix and parse_mix (SPEC §11)."""
+"""Tests for tenant mixes: apply_mix and parse_mix (DESIGN §12)."""
 
 from __future__ import annotations
 

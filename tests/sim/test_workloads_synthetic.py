@@ -1,4 +1,4 @@
-"""Tests for synthetic workloads and workload transforms (SPEC §11)."""
+"""Tests for synthetic workloads and workload transforms (DESIGN §12)."""
 
 from __future__ import annotations
 

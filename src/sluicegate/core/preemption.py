@@ -1,4 +1,4 @@
-"""Preemption rules (SPEC §6): who may be preempted, when, and which victim first.
+"""Preemption rules (DESIGN §7): who may be preempted, when, and which victim first.
 
 Tiers by priority when a lane says ``preemptible: priority``: 0–1 never;
 2–3 only after 80% of ``max_tokens`` is generated (the partial answer is

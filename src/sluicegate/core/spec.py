@@ -68,7 +68,7 @@ class BackendSpec(_Spec):
 
 
 class AdaptiveSpec(_Spec):
-    """Adaptive concurrency limit for a model (SPEC §4).
+    """Adaptive concurrency limit for a model (DESIGN §5).
 
     ``kv_cache``: multiply by ``decrease`` above ``high_water`` KV usage, add
     ``increase`` below ``low_water``. ``latency``: Gradient2 on time to first

@@ -1,4 +1,4 @@
-"""The engine model served in real time behind an OpenAI-compatible API (SPEC §10).
+"""The engine model served in real time behind an OpenAI-compatible API (DESIGN §11).
 
 ``build_app`` gives the ASGI app; ``serve`` runs it under uvicorn
 (``sluicegate emulate``). Streaming has the engine's real inter-token gaps, a

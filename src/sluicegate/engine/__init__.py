@@ -1,4 +1,4 @@
-"""Sans-I/O model of a continuous-batching LLM engine (SPEC §10): step timing, KV-cache
+"""Sans-I/O model of a continuous-batching LLM engine (DESIGN §11): step timing, KV-cache
 capacity, chunked prefill, recompute preemption, and calibrated presets.
 
 Drivers (the simulator's virtual clock, the emulator's real-time loop) call

@@ -1,6 +1,6 @@
 """The OpenAI inference endpoints: authenticate, classify, admit or queue, proxy, release.
 
-One request's life (SPEC §3): the body is read under a size cap and parsed
+One request's life (DESIGN §4): the body is read under a size cap and parsed
 once; the bearer key names the tenant; lane, priority and deadline are
 classified; the scheduler admits, queues or rejects the ticket; an admitted
 request is proxied to the chosen backend (SSE bytes are relayed as they

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the gateway (SPEC §9); every metric name lives here.
+"""Prometheus metrics of the gateway (DESIGN §10); every metric name lives here.
 
 Counters and histograms are updated as requests end; gauges (queue depth,
 in-flight, limits, backend state) are read from the scheduler at scrape time,
