@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         window(load_workload(TRACE, max_tokens="pow2"), 0.0, 1200.0), parse_mix(MIX), seed=0
     )
     result = run_comparison(
-        load_config(CONFIG), requests, POLICIES, out_dir=args.out, sweep=LOADS,
+        load_config(CONFIG, simulation=True), requests, POLICIES, out_dir=args.out, sweep=LOADS,
         console=Console(stderr=True),
     )  # fmt: skip
     rows = [

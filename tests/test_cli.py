@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from sluicegate.cli import app
@@ -49,3 +50,69 @@ def test_plan_infeasible_is_a_clear_error(tmp_path: Path) -> None:
          "--max-replicas", "2", "--out", str(tmp_path)],
     )  # fmt: skip
     assert result.exit_code == 1
+
+
+REDIS_STORE = "models: [{name: m}]\nstore: redis://cache:6379/0\n"
+ORACLE_POLICY = "models:\n  - name: m\n    lanes:\n      - {name: interactive, policy: %s}\n"
+REFUSED = [
+    pytest.param(REDIS_STORE, ("store (line 2)", "distributed mode"), id="redis-store"),
+    pytest.param(
+        ORACLE_POLICY % "oracle",
+        ("models[0].lanes[0].policy (line 4)", "'oracle' is simulation-only"),
+        id="oracle",
+    ),
+    pytest.param(
+        ORACLE_POLICY % "slack-oracle",
+        ("models[0].lanes[0].policy (line 4)", "'slack-oracle' is simulation-only"),
+        id="slack-oracle",
+    ),
+]
+
+
+def _flat(text: str) -> str:
+    """``text`` with rich's line wrapping undone."""
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize(("text", "expected"), REFUSED)
+def test_check_config_refuses_what_the_gateway_cannot_do(
+    tmp_path: Path, text: str, expected: tuple[str, ...]
+) -> None:
+    """check-config exits 1, naming the field and saying why."""
+    path = tmp_path / "gateway.yaml"
+    path.write_text(text)
+    result = runner.invoke(app, ["check-config", str(path)])
+    assert result.exit_code == 1, result.output
+    assert all(part in _flat(result.output) for part in expected), result.output
+    assert "configuration is valid" not in result.output
+
+
+@pytest.mark.parametrize(("text", "expected"), REFUSED)
+def test_serve_refuses_what_the_gateway_cannot_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, expected: tuple[str, ...]
+) -> None:
+    """serve exits 1 with the message before starting anything."""
+    import sluicegate.gateway.app
+
+    started: list[object] = []
+    monkeypatch.setattr(sluicegate.gateway.app, "serve", lambda *a, **k: started.append(a))
+    path = tmp_path / "gateway.yaml"
+    path.write_text(text)
+    result = runner.invoke(app, ["serve", "--config", str(path)])
+    assert result.exit_code == 1, result.output
+    assert all(part in _flat(result.output) for part in expected), result.output
+    assert started == []
+
+
+def test_simulate_accepts_the_oracles(tmp_path: Path) -> None:
+    """simulate runs a config whose lane names ``oracle``, and ``--policy oracle``."""
+    path = tmp_path / "sim.yaml"
+    path.write_text(ORACLE_POLICY % "slack-oracle" + "simulation: {preset: tiny, replicas: 1}\n")
+    result = runner.invoke(
+        app,
+        ["simulate", "--config", str(path), "--poisson", "2", "--duration", "5",
+         "--policy", "oracle", "--policy", "slack-oracle", "--out", str(tmp_path / "out"),
+         "--workers", "1"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "results.json").is_file()

@@ -67,3 +67,54 @@ def test_missing_file(tmp_path: Path) -> None:
     """A missing file is reported as such."""
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("store", ["redis://:hunter2@cache:6379/0", "rediss://cache/0", "sqlite"])
+def test_store_other_than_memory_is_refused(store: str) -> None:
+    """Distributed mode does not exist: any store but ``memory`` is an error naming the field
+    and its line, saying why, and never echoing the URL (it may hold a password)."""
+    text = f'models: [{{name: m}}]\nstore: "{store}"\n'
+    with pytest.raises(ConfigError) as info:
+        parse_config(text)
+    message = str(info.value)
+    assert "store (line 2)" in message
+    assert "distributed mode" in message
+    assert "not available yet" in message
+    assert store not in message
+
+
+def test_memory_store_is_accepted() -> None:
+    """``store: memory``, written or left out, is the one store there is."""
+    assert parse_config("models: [{name: m}]\nstore: memory\n").store == "memory"
+    assert parse_config("models: [{name: m}]\n").store == "memory"
+
+
+ORACLE_LANE = "models:\n  - name: m\n    lanes:\n      - {name: a}\n      - {name: b, policy: %s}\n"
+
+
+@pytest.mark.parametrize("policy", ["oracle", "slack-oracle"])
+def test_simulation_only_policy_is_refused_for_the_gateway(policy: str) -> None:
+    """``oracle`` and ``slack-oracle`` need true output lengths: a gateway config naming one
+    is an error that names the lane, the field and its line."""
+    with pytest.raises(ConfigError) as info:
+        parse_config(ORACLE_LANE % policy)
+    message = str(info.value)
+    assert "models[0].lanes[1].policy (line 5)" in message
+    assert "lane 'b'" in message
+    assert f"policy {policy!r} is simulation-only" in message
+
+
+@pytest.mark.parametrize("policy", ["oracle", "slack-oracle"])
+def test_simulation_only_policy_is_accepted_for_simulation(policy: str) -> None:
+    """The simulator knows true output lengths, so its configs may name the oracles."""
+    config = parse_config(ORACLE_LANE % policy, simulation=True)
+    assert config.models[0].lanes[1].policy == policy
+
+
+def test_gateway_problems_follow_the_policy_registry() -> None:
+    """Exactly the oracles are simulation-only; every other policy runs in the gateway."""
+    from sluicegate.core.policies import policy_names, simulation_only_policies
+
+    assert simulation_only_policies() == {"oracle", "slack-oracle"}
+    for policy in sorted(policy_names() - simulation_only_policies()):
+        assert parse_config(ORACLE_LANE % policy).models[0].lanes[1].policy == policy

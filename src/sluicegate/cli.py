@@ -133,7 +133,7 @@ def simulate(
     from sluicegate.sim.run import run_comparison
 
     try:
-        loaded = load_config(config) if config is not None else default_config()
+        loaded = load_config(config, simulation=True) if config is not None else default_config()
         options = workload_options(
             trace=trace, poisson_rate=poisson_rate, gamma=gamma, duration_s=duration,
             window=window, rate_scale=rate_scale, mix=mix, seed=seed, max_tokens=max_tokens,

@@ -4,6 +4,10 @@ Validated at start-up by pydantic; an error names the bad field and the line of
 the file it came from, e.g. ``models[0].lanes[1].max_queue (line 23): Input
 should be greater than or equal to 0``. API keys are never written in the
 file: each tenant names an environment variable that holds its key.
+
+A file for the gateway (``serve``, ``check-config``) may not name the
+simulation-only policies (``oracle``, ``slack-oracle``); one for ``simulate``
+may (``simulation=True``).
 """
 
 from __future__ import annotations
@@ -16,7 +20,11 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sluicegate.core.policies import policy_names, simulation_only_policies
 from sluicegate.core.spec import ModelSpec, SchedulerSpec, TenantSpec
+
+Location = tuple[int | str, ...]
+"""Where a value sits in the file, e.g. ``("models", 0, "lanes", 1, "policy")``."""
 
 
 class ConfigError(ValueError):
@@ -86,14 +94,19 @@ class Config(BaseModel):
     server: ServerSpec = Field(default_factory=ServerSpec)
     models: tuple[ModelSpec, ...] = Field(min_length=1)
     tenants: tuple[TenantConfig, ...] = ()
-    store: Literal["memory"] | str = "memory"
+    store: Literal["memory"] = Field("memory", description="where scheduling state lives")
     simulation: SimulationSpec = Field(default_factory=SimulationSpec)
 
-    @field_validator("store")
+    @field_validator("store", mode="before")
     @classmethod
-    def _known_store(cls, value: str) -> str:
-        if value != "memory" and not value.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("store must be 'memory' or a redis:// URL")
+    def _memory_store_only(cls, value: object) -> object:
+        # The value is not echoed: a store URL may carry a password.
+        if value != "memory":
+            raise ValueError(
+                "only 'memory' (state in this one gateway process) is supported: distributed "
+                "mode, a shared store such as redis:// for several gateway replicas, is not "
+                "available yet"
+            )
         return value
 
     @model_validator(mode="after")
@@ -166,8 +179,46 @@ def _describe(loc: Sequence[int | str]) -> str:
     return text or "(top level)"
 
 
-def parse_config(text: str, *, source: str = "<config>") -> Config:
-    """Validate YAML text; ``ConfigError`` lists each bad field with its line."""
+def gateway_problems(config: Config) -> list[tuple[Location, str]]:
+    """What a valid config asks of a running gateway that only the simulator can do.
+
+    Returns each problem's location and why; empty when the gateway can run it.
+    """
+    simulation_only = simulation_only_policies()
+    choices = sorted(policy_names() - simulation_only)
+    problems: list[tuple[Location, str]] = []
+    for m, model in enumerate(config.models):
+        for i, lane in enumerate(model.lanes):
+            if lane.policy in simulation_only:
+                problems.append(
+                    (
+                        ("models", m, "lanes", i, "policy"),
+                        f"lane {lane.name!r} of model {model.name!r}: policy {lane.policy!r} "
+                        "is simulation-only (it needs each request's true output length, "
+                        f"which only `sluicegate simulate` knows); choose one of {choices}",
+                    )
+                )
+    return problems
+
+
+def _invalid(source: str, node: yaml.Node | None, problems: Sequence[tuple[Location, str]]) -> str:
+    lines = []
+    for loc, message in problems:
+        line = _line_of(node, loc)
+        where = f" (line {line})" if line is not None else ""
+        lines.append(f"  {_describe(loc)}{where}: {message}")
+    return f"{source}: invalid configuration\n" + "\n".join(lines)
+
+
+def parse_config(text: str, *, source: str = "<config>", simulation: bool = False) -> Config:
+    """Validate YAML text; ``ConfigError`` lists each bad field with its line.
+
+    Args:
+        text: the YAML.
+        source: the file name the messages start with.
+        simulation: the config is for ``sluicegate simulate``, which may also run
+            the simulation-only policies; otherwise ``gateway_problems`` are errors.
+    """
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -176,26 +227,27 @@ def parse_config(text: str, *, source: str = "<config>") -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level")
     try:
-        return Config.model_validate(data)
+        config = Config.model_validate(data)
     except ValidationError as exc:
-        problems = []
+        problems: list[tuple[Location, str]] = []
         errors = exc.errors()
         locs = [tuple(error["loc"]) for error in errors]
         for error in errors:
-            loc = [part for part in error["loc"] if isinstance(part, int | str)]
-            if any(len(o) > len(loc) and o[: len(loc)] == tuple(loc) for o in locs):
+            loc = tuple(part for part in error["loc"] if isinstance(part, int | str))
+            if any(len(o) > len(loc) and o[: len(loc)] == loc for o in locs):
                 continue  # a container's error that only echoes a deeper one
-            line = _line_of(node, loc)
-            where = f" (line {line})" if line is not None else ""
-            problems.append(f"  {_describe(loc)}{where}: {error['msg']}")
-        raise ConfigError(f"{source}: invalid configuration\n" + "\n".join(problems)) from None
+            problems.append((loc, error["msg"]))
+        raise ConfigError(_invalid(source, node, problems)) from None
+    if not simulation and (problems := gateway_problems(config)):
+        raise ConfigError(_invalid(source, node, problems))
+    return config
 
 
-def load_config(path: str | Path) -> Config:
-    """Read and validate a YAML config file."""
+def load_config(path: str | Path, *, simulation: bool = False) -> Config:
+    """Read and validate a YAML config file (``simulation`` as in ``parse_config``)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-    return parse_config(text, source=str(path))
+    return parse_config(text, source=str(path), simulation=simulation)

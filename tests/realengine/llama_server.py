@@ -28,8 +28,8 @@ from gateway_harness import MODEL, unused_port
 N_CTX = 4096
 START_TIMEOUT_S = 60.0
 SKIP_REASON = (
-    "the real-engine tests need llama-cpp-python[server] and gguf, which are not "
-    "installed; the dev install builds them (pip install -e '.[dev]')"
+    "the real-engine tests need llama-cpp-python[server] and gguf, which are not installed; "
+    "the engine-tests extra builds them (pip install -e '.[dev,engine-tests]', or make test)"
 )
 
 

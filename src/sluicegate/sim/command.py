@@ -71,7 +71,7 @@ def workload_options(
 
 def default_config() -> Config:
     """One model with the default lanes, the 8B preset, one replica."""
-    return parse_config(DEFAULT_CONFIG, source="<built-in>")
+    return parse_config(DEFAULT_CONFIG, source="<built-in>", simulation=True)
 
 
 def build_workload(options: WorkloadOptions) -> list[WorkloadRequest]:

@@ -23,6 +23,7 @@ __all__ = [
     "oracle",
     "policy_names",
     "priority",
+    "simulation_only_policies",
     "sjf",
     "slack",
     "slack_oracle",
@@ -32,6 +33,11 @@ __all__ = [
 def policy_names() -> frozenset[str]:
     """Names of every registered policy."""
     return POLICIES.names()
+
+
+def simulation_only_policies() -> frozenset[str]:
+    """Names of the policies only ``sluicegate simulate`` can run (they need true lengths)."""
+    return frozenset(name for name in POLICIES if POLICIES.get(name).simulation_only)
 
 
 def make_queue(lane: LaneSpec, weights: Mapping[str, float]) -> LaneQueue:

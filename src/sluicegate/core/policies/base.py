@@ -21,6 +21,8 @@ class Policy(Protocol):
     """
 
     name: ClassVar[str]
+    simulation_only: ClassVar[bool]
+    """Needs what only the simulator knows (a request's true output length)."""
 
     def make_queue(self, lane: LaneSpec, weights: Mapping[str, float]) -> LaneQueue:
         """A fresh queue for ``lane``; ``weights`` are the tenants' fair-share weights."""
@@ -31,6 +33,7 @@ class KeyedPolicy(ABC):
     """Base for single-flow policies: subclasses define a time-invariant ``key``."""
 
     name: ClassVar[str]
+    simulation_only: ClassVar[bool] = False
 
     def __init__(self, lane: LaneSpec | None = None) -> None:
         self.aging = lane.aging if lane is not None else 1.0

@@ -20,6 +20,7 @@ class FairPolicy:
     """
 
     name: ClassVar[str] = "fair"
+    simulation_only: ClassVar[bool] = False
 
     def make_queue(self, lane: LaneSpec, weights: Mapping[str, float]) -> LaneQueue:
         """A two-tier queue: VTC between tenants, slack within each."""

@@ -14,6 +14,7 @@ class OracleOrdering(KeyedPolicy):
     """
 
     name = "oracle"
+    simulation_only = True
 
     def key(self, entry: Entry) -> tuple[float, ...]:
         """True service time plus aging times arrival."""

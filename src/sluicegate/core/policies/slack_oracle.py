@@ -15,6 +15,7 @@ class SlackOracleOrdering(KeyedPolicy):
     """
 
     name = "slack-oracle"
+    simulation_only = True
 
     def key(self, entry: Entry) -> tuple[float, ...]:
         """(deadline − true service time, priority)."""
