@@ -26,6 +26,7 @@ install: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks fuzz
 	$(BIN)/ruff format --check src tests benchmarks fuzz
+	$(BIN)/vulture
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

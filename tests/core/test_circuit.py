@@ -50,15 +50,31 @@ def test_stays_open_until_cooldown_ends() -> None:
     """An open circuit refuses traffic until exactly opened_at + cool-down."""
     breaker = opened_at(0.0)
     assert not breaker.allows(COOLDOWN_S - 1e-6)
+    assert breaker.state_at(COOLDOWN_S - 1e-6) is CircuitState.OPEN
     assert breaker.allows(COOLDOWN_S)
+    assert breaker.state_at(COOLDOWN_S) is CircuitState.HALF_OPEN
+
+
+def test_reading_changes_nothing() -> None:
+    """allows() and state_at() are pure: however often they are read past the cool-down,
+    the stored state stays open and a probe is still allowed, until an event moves it."""
+    breaker = opened_at(0.0)
+    for _ in range(3):
+        assert breaker.allows(COOLDOWN_S + 1.0)
+        assert breaker.state_at(COOLDOWN_S + 1.0) is CircuitState.HALF_OPEN
+    assert breaker.state is CircuitState.OPEN
+    breaker.advance(COOLDOWN_S - 1.0)
+    assert breaker.state is CircuitState.OPEN
+    breaker.advance(COOLDOWN_S)
     assert breaker.state is CircuitState.HALF_OPEN
+    assert breaker.allows(COOLDOWN_S)
 
 
 def test_half_open_allows_exactly_one_probe() -> None:
     """After the cool-down, one request may go through; the next waits for its outcome."""
     breaker = opened_at(0.0)
     assert breaker.allows(COOLDOWN_S)
-    breaker.on_dispatch()
+    breaker.on_dispatch(COOLDOWN_S)
     assert not breaker.allows(COOLDOWN_S)
     assert not breaker.allows(COOLDOWN_S + 5.0)
 
@@ -67,12 +83,12 @@ def test_probe_success_closes() -> None:
     """A successful probe closes the circuit: traffic flows freely again."""
     breaker = opened_at(0.0)
     assert breaker.allows(COOLDOWN_S)
-    breaker.on_dispatch()
+    breaker.on_dispatch(COOLDOWN_S)
     breaker.on_success()
     assert breaker.state is CircuitState.CLOSED
     assert breaker.reopen_at() is None
     for _ in range(3):
-        breaker.on_dispatch()
+        breaker.on_dispatch(COOLDOWN_S)
         assert breaker.allows(COOLDOWN_S)
 
 
@@ -80,7 +96,7 @@ def test_probe_failure_reopens_for_another_cooldown() -> None:
     """A failed probe re-opens the circuit at once, for a fresh cool-down from the failure."""
     breaker = opened_at(0.0)
     assert breaker.allows(COOLDOWN_S)
-    breaker.on_dispatch()
+    breaker.on_dispatch(COOLDOWN_S)
     breaker.on_failure(12.0)
     assert breaker.state is CircuitState.OPEN
     assert not breaker.allows(12.0 + COOLDOWN_S - 1e-6)

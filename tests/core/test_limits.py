@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluicegate.core.limits import Limit, limit_names, make_limit
+from sluicegate.core.limits import Limit, SampleKind, limit_names, make_limit
 from sluicegate.core.limits.gradient import GradientLimit
 from sluicegate.core.spec import AdaptiveSpec
 
@@ -20,12 +20,14 @@ _event = st.one_of(
         st.one_of(st.floats(min_value=0.0, max_value=100.0), st.just(float("nan"))),
         st.integers(min_value=0, max_value=200),
         st.booleans(),
+        st.sampled_from(SampleKind),
     ),
     st.tuples(
         st.just("kv"),
         st.floats(min_value=0.0, max_value=1.0),
         st.integers(min_value=0, max_value=200),
         st.just(False),
+        st.just(SampleKind.FIRST_TOKEN),
     ),
 )
 
@@ -34,9 +36,11 @@ def _limit(mode: str, cap: int = 64, **settings_: object) -> Limit:
     return make_limit(AdaptiveSpec.model_validate({"mode": mode, **settings_}), cap)
 
 
-def _loaded_samples(limit: Limit, rtt_s: float, count: int) -> None:
+def _loaded_samples(
+    limit: Limit, rtt_s: float, count: int, kind: SampleKind = SampleKind.FIRST_TOKEN
+) -> None:
     for _ in range(count):
-        limit.on_sample(rtt_s=rtt_s, inflight=limit.value, dropped=False)
+        limit.on_sample(rtt_s=rtt_s, inflight=limit.value, dropped=False, kind=kind)
 
 
 def test_every_configurable_mode_is_registered() -> None:
@@ -65,14 +69,15 @@ def test_limit_name_matches_registration(mode: str) -> None:
     extra=st.integers(min_value=0, max_value=100),
 )
 def test_value_stays_an_int_within_floor_and_cap(
-    mode: str, events: list[tuple[str, float, int, bool]], floor: int, extra: int
+    mode: str, events: list[tuple[str, float, int, bool, SampleKind]], floor: int, extra: int
 ) -> None:
-    """Under any sequence of samples and KV readings, value is an int in [floor, cap]."""
+    """Under any sequence of samples (of either kind, dropped or not) and KV readings, value
+    is an int in [floor, cap]."""
     cap = floor + extra
     limit = _limit(mode, cap=cap, floor=floor, long_window=20)
-    for kind, reading, inflight, dropped in events:
-        if kind == "sample":
-            limit.on_sample(rtt_s=reading, inflight=inflight, dropped=dropped)
+    for event, reading, inflight, dropped, kind in events:
+        if event == "sample":
+            limit.on_sample(rtt_s=reading, inflight=inflight, dropped=dropped, kind=kind)
         else:
             limit.on_kv_usage(reading, inflight=inflight)
         assert type(limit.value) is int
@@ -160,17 +165,60 @@ def test_gradient_holds_while_app_limited() -> None:
     assert limit.value == 100
 
 
-def test_gradient_drop_counts_as_a_slow_sample() -> None:
-    """A drop under load shrinks the limit as a sample at twice the long RTT would."""
-    dropped = _limit("latency", cap=100, tolerance=1.0)
-    slow = _limit("latency", cap=100, tolerance=1.0)
-    for limit in (dropped, slow):
-        _loaded_samples(limit, BASELINE_S, 50)
-    dropped.on_sample(rtt_s=0.0, inflight=100, dropped=True)
-    # One sample of 2*long moves the long average too, so compare with a tolerance of one.
-    slow.on_sample(rtt_s=2 * BASELINE_S, inflight=100, dropped=False)
-    assert dropped.value < 100
-    assert abs(dropped.value - slow.value) <= 1
+def test_gradient_drop_lowers_even_a_small_limit() -> None:
+    """A drop multiplies the estimate by 1 - smoothing/2 (0.9), where a sample at twice the
+    long RTT would not move a limit of 8 at all (its sqrt(L) allowance outweighs g = 0.75)."""
+    limit = _limit("latency", cap=8)
+    _loaded_samples(limit, BASELINE_S, 20)
+    limit.on_sample(rtt_s=0.0, inflight=8, dropped=True)
+    assert limit.value == 7  # 8 * 0.9 = 7.2
+    limit.on_sample(rtt_s=0.0, inflight=7, dropped=True)
+    assert limit.value == 6  # 7.2 * 0.9 = 6.48
+
+
+def test_gradient_drop_counts_whatever_the_load_and_before_any_sample() -> None:
+    """A drop is evidence by itself: it lowers the limit with nothing in flight and before
+    any latency sample, and leaves the long RTT alone."""
+    limit = _gradient(smoothing=0.5)
+    limit.on_sample(rtt_s=0.0, inflight=0, dropped=True)
+    assert limit.value == 75  # 100 * (1 - 0.5 / 2)
+    assert limit.long_rtt_s is None
+    _loaded_samples(limit, BASELINE_S, 3)
+    long = limit.long_rtt_s
+    limit.on_sample(rtt_s=50.0, inflight=0, dropped=True)
+    assert limit.long_rtt_s == long
+
+
+def test_gradient_drops_reach_the_floor() -> None:
+    """Repeated drops walk the limit down to the floor and no further."""
+    limit = _limit("latency", cap=16, floor=3)
+    for _ in range(100):
+        limit.on_sample(rtt_s=0.0, inflight=1, dropped=True)
+    assert limit.value == 3
+
+
+def test_gradient_compares_each_sample_kind_with_its_own_history() -> None:
+    """Streams' time to first token (0.2 s) and unary answers' time per output token
+    (0.02 s), interleaved under load, leave the limit at its cap: one shared history would
+    sit between the two and read every first-token sample as congestion."""
+    limit = _limit("latency", cap=8, tolerance=1.0)
+    for _ in range(50):
+        _loaded_samples(limit, BASELINE_S, 1, SampleKind.FIRST_TOKEN)
+        _loaded_samples(limit, BASELINE_S / 10, 1, SampleKind.PER_OUTPUT_TOKEN)
+    assert limit.value == 8
+    gradient = _gradient()
+    _loaded_samples(gradient, 0.3, 2, SampleKind.PER_OUTPUT_TOKEN)
+    assert gradient.long_rtt_s is None
+    assert gradient.long_rtt_of(SampleKind.PER_OUTPUT_TOKEN) == pytest.approx(0.3)
+
+
+def test_gradient_falls_when_time_per_output_token_triples_under_load() -> None:
+    """Unary answers' time per output token moves the limit as time to first token does."""
+    limit = _limit("latency", cap=100)
+    _loaded_samples(limit, BASELINE_S / 10, 100, SampleKind.PER_OUTPUT_TOKEN)
+    assert limit.value == 100
+    _loaded_samples(limit, 3 * BASELINE_S / 10, 30, SampleKind.PER_OUTPUT_TOKEN)
+    assert limit.value < 50
 
 
 def _gradient(**settings_: object) -> GradientLimit:
@@ -222,6 +270,28 @@ def test_aimd_decreases_on_timeout() -> None:
     limit = _limit("aimd", cap=50, decrease=0.5, timeout_s=1.0)
     limit.on_sample(rtt_s=1.5, inflight=50, dropped=False)
     assert limit.value == 25
+
+
+def test_aimd_drop_costs_at_least_one_slot_at_the_default_decrease() -> None:
+    """With the default decrease (0.9) a drop takes floor(0.9 L), or at least one, down to
+    the floor: 8 → 7 → 6 → 5 → 4 → 3 → 2 → 1."""
+    limit = _limit("aimd", cap=8)
+    seen = []
+    for _ in range(8):
+        limit.on_sample(rtt_s=0.0, inflight=0, dropped=True)
+        seen.append(limit.value)
+    assert seen == [7, 6, 5, 4, 3, 2, 1, 1]
+
+
+def test_aimd_timeout_judges_only_time_to_first_token() -> None:
+    """A unary answer's time per output token above timeout_s is a success, not a drop; a
+    time to first token above it is a drop."""
+    limit = _limit("aimd", cap=50, decrease=0.5, timeout_s=1.0)
+    limit.on_sample(rtt_s=0.1, inflight=50, dropped=True)
+    limit.on_sample(rtt_s=3.0, inflight=25, dropped=False, kind=SampleKind.PER_OUTPUT_TOKEN)
+    assert limit.value == 26
+    limit.on_sample(rtt_s=3.0, inflight=26, dropped=False, kind=SampleKind.FIRST_TOKEN)
+    assert limit.value == 13
 
 
 def test_aimd_increases_under_load() -> None:

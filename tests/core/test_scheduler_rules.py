@@ -7,6 +7,7 @@ timeouts unless overridden).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -72,7 +73,7 @@ def test_queue_timeout_expires_exactly_at_deadline(
     assert sched.state_of(waiter.id) is State.QUEUED
     (expire,) = only(sched.tick(7.0), Expire)
     assert expire.ticket == waiter
-    assert expire.retry_after_s >= 1.0
+    assert 0.001 <= expire.retry_after_s < math.inf
     assert sched.state_of(waiter.id) is None
 
 
@@ -99,7 +100,7 @@ def test_full_queue_rejects_with_429(
         assert not only(sched.submit(make_ticket(name), 0.0), Reject)
     reject = the_reject(sched.submit(make_ticket("q3"), 0.0))
     assert (reject.status, reject.code) == (429, ErrorCode.QUEUE_FULL)
-    assert reject.retry_after_s >= 1.0
+    assert 0.001 <= reject.retry_after_s < math.inf
     assert sched.lane_view(MODEL, LANE).queued == 2
 
 
@@ -186,7 +187,7 @@ def test_shed_hopeless_rejects_unmeetable_deadline(
     ticket = make_ticket("a", predicted=400, max_tokens=400, deadline=5.0)
     reject = the_reject(sched.submit(ticket, 0.0))
     assert (reject.status, reject.code) == (503, ErrorCode.OVERLOADED)
-    assert reject.retry_after_s >= 1.0
+    assert 0.001 <= reject.retry_after_s < math.inf
     assert sched.live_tickets() == 0
 
 
@@ -559,7 +560,7 @@ def test_no_healthy_backend_rejects_with_503(
     all_down(sched, 0.0)
     reject = the_reject(sched.submit(make_ticket("a"), 1.0))
     assert (reject.status, reject.code) == (503, ErrorCode.NO_HEALTHY_BACKEND)
-    assert reject.retry_after_s >= 1.0
+    assert 0.001 <= reject.retry_after_s < math.inf
 
 
 def test_backend_probed_healthy_again_takes_traffic(
@@ -604,6 +605,24 @@ def test_passive_circuit_routes_around_failing_backend(
     placed = [only(sched.submit(make_ticket(f"y{i}"), now), Admit)[0].backend for i in range(4)]
     assert placed == ["b1"] * 4
     assert {b.name: b.circuit for b in sched.view(MODEL).backends}["b0"] == "open"
+
+
+def test_open_circuit_reads_healthy_after_cooldown_with_no_traffic(
+    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
+) -> None:
+    """Health is judged at the view's time: a tripped backend that receives nothing reads
+    unhealthy (circuit open) during its cool-down and healthy (half-open) once it ends,
+    without any dispatch having to move the circuit first."""
+    spec = make_spec(
+        make_lane(max_concurrency=8), backends=("b0",), circuit_failures=1, circuit_cooldown_s=5.0
+    )
+    sched = Scheduler(spec)
+    (admit,) = only(sched.submit(make_ticket("a"), 0.0), Admit)
+    sched.complete(admit.ticket.id, Usage(100, 10, ok=False), 1.0)
+    (during,) = sched.view(MODEL, 5.9).backends
+    assert (during.healthy, during.circuit) == (False, "open")
+    (after,) = sched.view(MODEL, 6.0).backends
+    assert (after.healthy, after.probe_healthy, after.circuit) == (True, True, "half_open")
 
 
 # ---------------------------------------------------------------------------- distributed

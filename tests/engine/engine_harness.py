@@ -34,9 +34,6 @@ class Trace:
     def finish_time(self, req_id: str) -> float:
         return next(s + r.duration_s for s, r in self.steps if req_id in r.finished)
 
-    def first_token_time(self, req_id: str) -> float:
-        return next(s + r.duration_s for s, r in self.steps if req_id in r.first_token)
-
     def token_times(self, req_id: str) -> list[float]:
         return [s + r.duration_s for s, r in self.steps if req_id in r.tokens]
 

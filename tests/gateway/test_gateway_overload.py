@@ -7,6 +7,7 @@ import asyncio
 import time
 
 import aiohttp
+import httpx2
 import openai
 from gateway_harness import (
     ADMIN_KEY,
@@ -28,12 +29,22 @@ ONE_SLOT = f"""    max_concurrency: 1
 {FAST_PRIORS}    lanes:
       - {{name: interactive, max_concurrency: 1, max_queue: 0}}
 """
+# Priors near the emulator's real pace (~2 ms per token), so wait estimates are honest.
+ONE_SLOT_PACED = """    max_concurrency: 1
+    prior_output_tokens: 300
+    prior_decode_tokens_per_s: 500.0
+    lanes:
+      - {name: interactive, max_concurrency: 1, max_queue: 0}
+"""
 SHORT_TIMEOUT = f"""    max_concurrency: 1
 {FAST_PRIORS}    lanes:
       - {{name: interactive, max_concurrency: 1, max_queue: 4, queue_timeout_s: 0.3}}
 """
 RATE_LIMITED = """tenants:
   - {name: a, api_key_env: KEY_A, requests_per_s: 1, burst_requests: 1}
+"""
+TWO_PER_S = """tenants:
+  - {name: a, api_key_env: KEY_A, requests_per_s: 2, burst_requests: 1}
 """
 BURST_CAP = 4
 BURST = """    max_concurrency: 4
@@ -65,16 +76,27 @@ async def test_full_queue_is_429_queue_full_with_retry_headers() -> None:
 
 
 async def test_sdk_retry_honours_retry_after_and_succeeds_when_a_slot_frees() -> None:
-    """The openai SDK (max_retries=2) waits out a ``queue_full`` 429 as its headers say and
-    succeeds once the running request has finished and freed the slot."""
-    with stack(ONE_SLOT) as gateway:
+    """The openai SDK (max_retries=3) waits out each ``queue_full`` 429 as its
+    ``retry-after-ms`` says (the gateway's estimate of the running request's remaining
+    time) and succeeds once that request has finished and freed the slot."""
+    seen: list[httpx2.Response] = []
+
+    async def _record(response: httpx2.Response) -> None:
+        seen.append(response)
+
+    with stack(ONE_SLOT_PACED) as gateway:
         async with (
             aiohttp.ClientSession() as session,
+            httpx2.AsyncClient(event_hooks={"response": [_record]}) as http,
             openai.AsyncOpenAI(
-                base_url=gateway.base_url + "/v1", api_key="unused", max_retries=2, timeout=20
+                base_url=gateway.base_url + "/v1",
+                api_key="unused",
+                max_retries=3,
+                timeout=20,
+                http_client=http,
             ) as sdk,
         ):
-            # ~300 steps of ~2 ms: done well before the SDK's ≥ 1 s wait ends.
+            # ~300 steps of ~2 ms, as the priors predict.
             holder = await open_stream(session, gateway.base_url, max_tokens=300)
             start = time.monotonic()
             raw = await sdk.completions.with_raw_response.create(
@@ -84,7 +106,9 @@ async def test_sdk_retry_honours_retry_after_and_succeeds_when_a_slot_frees() ->
             await holder.read()
             holder.close()
     assert raw.retries_taken >= 1
-    assert elapsed >= 0.9  # it waited out retry-after-ms (≥ 1000) rather than its own backoff
+    refusals = [int(r.headers["retry-after-ms"]) for r in seen if r.status_code == 429]
+    assert len(refusals) == raw.retries_taken
+    assert elapsed >= sum(refusals) / 1000.0  # waited out retry-after-ms, not its own backoff
     completion = raw.parse()
     assert completion.usage is not None
     assert completion.usage.completion_tokens == 4
@@ -134,6 +158,24 @@ def test_rate_limit_is_429_with_retry_headers() -> None:
     error = openai_error(second)
     assert (error["type"], error["code"]) == ("rate_limit_error", "rate_limit_exceeded")
     assert_retry_headers(second)
+
+
+def test_rate_limit_retry_after_ms_is_the_precise_refill_time() -> None:
+    """A tenant limited to 2 req/s (burst 1) that asks again at once is told the bucket's
+    real refill time in ``retry-after-ms``: under 500 ms and no less than the time left,
+    not a floor of 1,000 ms; ``Retry-After`` stays whole seconds, 1."""
+    with stack(TWO_PER_S, environ={"KEY_A": "sk-rate"}) as gateway:
+        start = time.monotonic()
+        _, first = _post_small(gateway, "sk-rate")
+        _, second = _post_small(gateway, "sk-rate")
+        spent_ms = 1000.0 * (time.monotonic() - start)
+        millis = int(second.headers["retry-after-ms"])
+        time.sleep(millis / 1000.0)
+        _, third = _post_small(gateway, "sk-rate")
+    assert (first.status, second.status) == (200, 429)
+    assert 500.0 - spent_ms <= millis <= 500, (millis, spent_ms)
+    assert second.headers["retry-after"] == "1"
+    assert third.status == 200  # the precise wait was long enough
 
 
 async def _stream_tokens(sdk: openai.AsyncOpenAI, tokens: int) -> int:

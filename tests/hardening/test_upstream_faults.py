@@ -30,6 +30,7 @@ from gateway_harness import (
     backend_state,
     gateway_at,
     http_call,
+    metric,
     model_state,
     openai_error,
     outcomes,
@@ -349,3 +350,38 @@ def test_repeated_failures_open_the_circuit_and_service_recovers(name: str) -> N
     assert closed == "closed"
     assert counted.get("upstream_error") == FAILURES
     assert counted.get("completed") == 6
+
+
+PROBE_S = 0.2
+PROBED = (
+    f"    circuit_failures: 1\n    circuit_cooldown_s: {COOLDOWN_S}\n"
+    f"server: {{scrape_interval_s: {PROBE_S}}}\n"
+)
+
+
+def test_readiness_returns_after_the_cooldown_with_no_traffic() -> None:
+    """The only engine answers 500 (its health probe still answers), so the circuit opens:
+    ``/readyz`` is 503 and ``sluicegate_backend_healthy`` 0. The engine heals and nothing
+    is sent: within the cool-down plus one probe interval (allowing 0.3 s of scheduling
+    slack) ``/readyz`` is 200 and the gauge 1, with no request having moved the circuit."""
+    with faulty_engine() as engine, gateway_at([engine.port], PROBED) as gateway:
+        engine.fault = Fault.ERROR_500
+        failed = _post(gateway, stream=False)[1].status
+        opened = time.monotonic()
+        not_ready = http_call(gateway.base_url, "GET", "/readyz").status
+        down = metric(gateway.base_url, "sluicegate_backend_healthy", backend="e0")
+        engine.fault = Fault.NONE
+        reached = engine.inference_count()
+        ready = wait_until(
+            lambda: http_call(gateway.base_url, "GET", "/readyz").status == 200,
+            COOLDOWN_S + PROBE_S + 2.0,
+        )
+        took = time.monotonic() - opened
+        up = metric(gateway.base_url, "sluicegate_backend_healthy", backend="e0")
+        sent = engine.inference_count() - reached
+    assert failed == 502
+    assert (not_ready, down) == (503, 0.0)
+    assert ready, "readiness never came back"
+    assert took <= COOLDOWN_S + PROBE_S + 0.3
+    assert up == 1.0
+    assert sent == 0

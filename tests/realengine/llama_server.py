@@ -56,7 +56,6 @@ class LlamaServer:
     log: Path
     interrupt_requests: bool = False
     port: int = 0
-    started_in_s: float = 0.0
     _process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -91,7 +90,6 @@ class LlamaServer:
                 tail = self.log.read_text(errors="replace")[-3000:]
                 raise RuntimeError(f"llama_cpp.server did not start:\n{tail}")
             time.sleep(0.05)
-        self.started_in_s = time.monotonic() - begun
 
     def _answers(self) -> bool:
         try:

@@ -29,7 +29,7 @@ from sluicegate.core.spec import (
     TenantSpec,
     default_lanes,
 )
-from sluicegate.core.ticket import BackendStats, Outcome, Ticket, TicketId, Usage
+from sluicegate.core.ticket import BackendStats, Feedback, Outcome, Ticket, TicketId, Usage
 from sluicegate.core.views import BackendView, LaneView, ModelView
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "Decision",
     "ErrorCode",
     "Expire",
+    "Feedback",
     "LaneSpec",
     "LaneView",
     "ModelSpec",

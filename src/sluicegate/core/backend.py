@@ -47,18 +47,18 @@ class BackendState:
         return self.spec.name
 
     def healthy(self, now: float) -> bool:
-        """Whether requests may be sent: probe says up and the circuit allows it."""
-        return self.probe_healthy and self.circuit.allows(now)
+        """Whether the backend takes traffic at ``now``: the last probe said up and its
+        circuit is not open within a cool-down (closed, half-open, or open past it).
 
-    def has_room(self) -> bool:
-        """Whether the backend's own concurrency cap (if any) leaves a slot."""
-        cap = self.spec.max_concurrency
-        return cap is None or self.inflight < cap
+        The one definition of "healthy" for routing, readiness and metrics; reading
+        it changes nothing.
+        """
+        return self.probe_healthy and self.circuit.state_at(now) is not CircuitState.OPEN
 
     def available(self, now: float) -> bool:
-        """Healthy and under its cap: a router may choose it."""
+        """Healthy, under its own cap, and not holding a half-open circuit's probe:
+        a router may send it a request now."""
         cap = self.spec.max_concurrency
         if (cap is not None and self.inflight >= cap) or not self.probe_healthy:
             return False
-        circuit = self.circuit
-        return circuit.state is CircuitState.CLOSED or circuit.allows(now)
+        return self.circuit.allows(now)

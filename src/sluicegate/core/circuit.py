@@ -34,17 +34,35 @@ class CircuitBreaker:
         self._probing = False
         self.state = CircuitState.CLOSED
 
+    def state_at(self, now: float) -> CircuitState:
+        """The state at ``now``: an open circuit whose cool-down has ended reads half-open.
+
+        Reading never changes the circuit; transitions happen in ``advance`` and the
+        ``on_*`` events.
+        """
+        if self.state is CircuitState.OPEN and now >= self._opened_at + self._cooldown_s:
+            return CircuitState.HALF_OPEN
+        return self.state
+
     def allows(self, now: float) -> bool:
-        """Whether a new request may be sent now (moves open → half-open after the cool-down)."""
+        """Whether a new request may be sent now: closed, or half-open with no probe out."""
+        if self.state is CircuitState.CLOSED:
+            return True
+        state = self.state_at(now)
+        # An open circuit past its cool-down has no probe out yet, whatever _probing held.
+        return state is CircuitState.HALF_OPEN and (
+            self.state is CircuitState.OPEN or not self._probing
+        )
+
+    def advance(self, now: float) -> None:
+        """Move open → half-open once the cool-down has ended."""
         if self.state is CircuitState.OPEN and now >= self._opened_at + self._cooldown_s:
             self.state = CircuitState.HALF_OPEN
             self._probing = False
-        if self.state is CircuitState.HALF_OPEN:
-            return not self._probing
-        return self.state is CircuitState.CLOSED
 
-    def on_dispatch(self) -> None:
+    def on_dispatch(self, now: float) -> None:
         """A request was sent; while half-open it is the single probe."""
+        self.advance(now)
         if self.state is CircuitState.HALF_OPEN:
             self._probing = True
 

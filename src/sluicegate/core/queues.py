@@ -8,7 +8,7 @@ virtual token counter (VTC), and a ``HeapQueue`` per tenant that orders within i
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from sluicegate.core.entry import Entry
@@ -54,8 +54,6 @@ class LaneQueue(Protocol):
         ...
 
     def __len__(self) -> int: ...
-
-    def __iter__(self) -> Iterator[Entry]: ...
 
 
 _Item = tuple[float | int | Entry, ...]
@@ -128,12 +126,6 @@ class HeapQueue:
 
     def __len__(self) -> int:
         return self._live
-
-    def __iter__(self) -> Iterator[Entry]:
-        for item in self._heap:
-            entry = item[-1]
-            if isinstance(entry, Entry) and item[-2] == entry.queue_gen:
-                yield entry
 
 
 class FairQueue:
@@ -255,7 +247,3 @@ class FairQueue:
 
     def __len__(self) -> int:
         return self._live
-
-    def __iter__(self) -> Iterator[Entry]:
-        for sub in self._subs.values():
-            yield from sub

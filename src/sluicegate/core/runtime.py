@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sluicegate.core.backend import BackendState
-from sluicegate.core.circuit import CircuitBreaker, CircuitState
+from sluicegate.core.circuit import CircuitBreaker
 from sluicegate.core.entry import Entry
 from sluicegate.core.limits import Limit, make_limit
 from sluicegate.core.policies import make_queue
@@ -121,12 +121,7 @@ class ModelRuntime:
 
     def any_healthy(self, now: float) -> bool:
         """Whether at least one backend may take traffic."""
-        for backend in self.backends:
-            if backend.probe_healthy and (
-                backend.circuit.state is CircuitState.CLOSED or backend.circuit.allows(now)
-            ):
-                return True
-        return False
+        return any(backend.healthy(now) for backend in self.backends)
 
     def backend(self, name: str) -> BackendState:
         """The backend called ``name``; ``KeyError`` if there is none."""

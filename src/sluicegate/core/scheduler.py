@@ -18,7 +18,6 @@ gateway and the simulator.
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Iterable
 
 from sluicegate.core.backend import BackendState
@@ -35,14 +34,14 @@ from sluicegate.core.decisions import (
 )
 from sluicegate.core.entry import Entry, State
 from sluicegate.core.errors import UnknownModelError
+from sluicegate.core.limits.feedback import feed_limit
 from sluicegate.core.preemption import choose_victim, is_preemptible, required_fraction
 from sluicegate.core.ratelimit import TenantRateLimiter
+from sluicegate.core.retry import retry_wait_s
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
 from sluicegate.core.spec import SchedulerSpec
 from sluicegate.core.ticket import BackendStats, Ticket, TicketId, Usage
 from sluicegate.core.views import LaneView, ModelView, view_model
-
-MIN_RETRY_AFTER_S = 1.0
 
 
 class Scheduler:
@@ -125,7 +124,7 @@ class Scheduler:
         else:
             backend.circuit.on_failure(now)
         preempted = entry.state is State.PREEMPTING
-        if usage.ok and not preempted:
+        if not preempted:
             self._learn(model, entry, usage, now)
         out: list[Decision] = []
         if preempted and entry.preempt_requeue:
@@ -188,6 +187,7 @@ class Scheduler:
         backend = model.backend(stats.backend)
         if stats.healthy is not None:
             backend.probe_healthy = stats.healthy
+        backend.circuit.advance(now)
         if stats.num_requests_running is not None:
             backend.num_requests_running = stats.num_requests_running
         if stats.num_requests_waiting is not None:
@@ -247,9 +247,12 @@ class Scheduler:
         """Names of the configured models."""
         return list(self._models)
 
-    def view(self, model: str) -> ModelView:
-        """A read-only snapshot of one model's queues, counts, limits and backends."""
-        return view_model(self._model(model))
+    def view(self, model: str, now: float = float("-inf")) -> ModelView:
+        """A read-only snapshot of one model's queues, counts, limits and backends.
+
+        Health is judged at ``now``; without it, circuits read as last stored.
+        """
+        return view_model(self._model(model), now)
 
     def lane_view(self, model: str, lane: str) -> LaneView:
         """A read-only snapshot of one lane."""
@@ -353,7 +356,7 @@ class Scheduler:
 
     @staticmethod
     def _retry_after(seconds: float) -> float:
-        return max(MIN_RETRY_AFTER_S, seconds) if math.isfinite(seconds) else 60.0
+        return retry_wait_s(seconds)
 
     def _reject(
         self, ticket: Ticket, status: int, code: ErrorCode, wait_s: float, message: str
@@ -367,17 +370,21 @@ class Scheduler:
             self._rate.refund(entry.ticket.tenant, unused, now)
 
     def _learn(self, model: ModelRuntime, entry: Entry, usage: Usage, now: float) -> None:
+        """Feed a finished, not preempted, request to the predictor (successes) and the limit."""
         ticket = entry.ticket
-        model.predictor.observe(
-            lane=ticket.lane,
-            max_tokens=ticket.max_tokens,
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-            ttft_s=usage.ttft_s,
-            duration_s=now - entry.admitted_at,
-        )
-        if model.limit is not None and usage.ttft_s is not None:
-            model.limit.on_sample(rtt_s=usage.ttft_s, inflight=model.running + 1, dropped=False)
+        if usage.ok:
+            model.predictor.observe(
+                lane=ticket.lane,
+                max_tokens=ticket.max_tokens,
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+                ttft_s=usage.ttft_s,
+                duration_s=now - entry.admitted_at,
+            )
+        if model.limit is not None:
+            feed_limit(
+                model.limit, usage, elapsed_s=now - entry.admitted_at, inflight=model.running + 1
+            )
 
     def _release(
         self,
@@ -487,7 +494,7 @@ class Scheduler:
         model.running_by_priority[ticket.priority] += 1
         backend.inflight += 1
         backend.predicted_work_s += entry.service_s
-        backend.circuit.on_dispatch()
+        backend.circuit.on_dispatch(now)
         if self._global_slots:
             entry.state = State.RESERVING
             out.append(Reserve(ticket, backend.spec.name))

@@ -71,8 +71,12 @@ class AdaptiveSpec(_Spec):
     """Adaptive concurrency limit for a model (DESIGN §5).
 
     ``kv_cache``: multiply by ``decrease`` above ``high_water`` KV usage, add
-    ``increase`` below ``low_water``. ``latency``: Gradient2 on time to first
-    token. ``aimd``: halve-ish on drops or slow samples, add one otherwise.
+    ``increase`` below ``low_water``. ``latency``: Gradient2 on latency samples
+    (time to first token, or a unary answer's time per output token), and
+    ``1 - smoothing / 2`` per drop. ``aimd``: multiply by ``decrease`` (at least
+    one less) per drop or first token slower than ``timeout_s``, add
+    ``increase`` per other answer while at least half the limit is in use.
+    What counts as a drop or a sample: ``sluicegate.core.limits.feedback``.
     """
 
     mode: Literal["kv_cache", "latency", "aimd"] = "kv_cache"
@@ -84,7 +88,9 @@ class AdaptiveSpec(_Spec):
     tolerance: float = Field(1.5, ge=1.0, description="latency: allowed long/short ratio")
     smoothing: float = Field(0.2, gt=0.0, le=1.0)
     long_window: int = Field(600, ge=1)
-    timeout_s: float = Field(5.0, gt=0.0, description="aimd: a sample slower than this is a drop")
+    timeout_s: float = Field(
+        5.0, gt=0.0, description="aimd: a time to first token slower than this is a drop"
+    )
 
     @model_validator(mode="after")
     def _watermarks_ordered(self) -> AdaptiveSpec:

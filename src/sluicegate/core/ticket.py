@@ -75,6 +75,17 @@ class Outcome(enum.Enum):
     UPSTREAM_ERROR = "upstream_error"
 
 
+class Feedback(enum.Enum):
+    """What a finished request tells its model's adaptive limit about engine load."""
+
+    SAMPLE = "sample"
+    """The engine answered: the request's latency is a sample."""
+    DROP = "drop"
+    """The engine failed, timed out, or refused the request for load (429, 503)."""
+    IGNORE = "ignore"
+    """Nothing: the client's own mistake (4xx), a disconnect, or a preemption."""
+
+
 @dataclass(frozen=True, slots=True)
 class Usage:
     """What a finished request really consumed, reported by the driver.
@@ -84,12 +95,22 @@ class Usage:
         completion_tokens: tokens generated.
         ttft_s: time from admission to the first token, if observed.
         ok: ``False`` when the upstream failed; the backend's circuit counts it.
+        feedback: what the adaptive limit learns; ``None`` means ``SAMPLE`` if
+            ``ok`` else ``DROP`` (see ``limit_feedback``).
     """
 
     prompt_tokens: int
     completion_tokens: int
     ttft_s: float | None = None
     ok: bool = True
+    feedback: Feedback | None = None
+
+    @property
+    def limit_feedback(self) -> Feedback:
+        """``feedback`` if given, else ``SAMPLE`` for a success and ``DROP`` for a failure."""
+        if self.feedback is not None:
+            return self.feedback
+        return Feedback.SAMPLE if self.ok else Feedback.DROP
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,11 +27,16 @@ class LaneView:
 
 @dataclass(frozen=True, slots=True)
 class BackendView:
-    """One backend: own in-flight count and what its engine last reported."""
+    """One backend: own in-flight count, health and what its engine last reported.
+
+    ``healthy`` is whether it takes traffic at the view's time (``BackendState.healthy``);
+    ``circuit`` is the circuit's state at that time.
+    """
 
     name: str
     inflight: int
     healthy: bool
+    probe_healthy: bool
     circuit: str
     kv_cache_usage: float | None
     num_requests_waiting: int | None
@@ -57,8 +62,8 @@ class ModelView:
         return sum(lane.queued for lane in self.lanes)
 
 
-def view_model(model: ModelRuntime) -> ModelView:
-    """Snapshot ``model``."""
+def view_model(model: ModelRuntime, now: float) -> ModelView:
+    """Snapshot ``model`` as it stands at ``now``."""
     return ModelView(
         name=model.spec.name,
         running=model.running,
@@ -82,8 +87,9 @@ def view_model(model: ModelRuntime) -> ModelView:
             BackendView(
                 name=backend.spec.name,
                 inflight=backend.inflight,
-                healthy=backend.probe_healthy,
-                circuit=backend.circuit.state.value,
+                healthy=backend.healthy(now),
+                probe_healthy=backend.probe_healthy,
+                circuit=backend.circuit.state_at(now).value,
                 kv_cache_usage=backend.kv_cache_usage,
                 num_requests_waiting=backend.num_requests_waiting,
                 num_requests_running=backend.num_requests_running,

@@ -6,10 +6,10 @@
 
 from __future__ import annotations
 
-import math
-
 import orjson
 from starlette.responses import Response
+
+from sluicegate.core.retry import retry_after_values
 
 _TYPES = {
     400: "invalid_request_error",
@@ -62,9 +62,9 @@ class GatewayError(Exception):
 
 
 def retry_headers(retry_after_s: float) -> dict[str, str]:
-    """``Retry-After`` (whole seconds, ≥ 1) and ``retry-after-ms`` for a wait."""
-    seconds = max(1.0, retry_after_s) if math.isfinite(retry_after_s) else 60.0
-    return {"Retry-After": str(math.ceil(seconds)), "retry-after-ms": str(round(seconds * 1000))}
+    """``Retry-After`` (whole seconds, ≥ 1) and ``retry-after-ms`` (the precise wait)."""
+    seconds, millis = retry_after_values(retry_after_s)
+    return {"Retry-After": str(seconds), "retry-after-ms": str(millis)}
 
 
 def error_body(status: int, code: str, message: str, param: str | None = None) -> bytes:

@@ -25,7 +25,7 @@ from starlette.types import Receive, Scope, Send
 
 from sluicegate.core.decisions import Admit, Expire, Preempt, PreemptAction, Reject
 from sluicegate.core.preemption import required_fraction
-from sluicegate.core.ticket import Outcome, Ticket, TicketId, Usage
+from sluicegate.core.ticket import Feedback, Outcome, Ticket, TicketId, Usage
 from sluicegate.gateway.asgi import JSON, SSE, Headers, abort_connection, send_body, send_error
 from sluicegate.gateway.assemble import StreamAssembler, streamable_copy
 from sluicegate.gateway.auth import request_token
@@ -276,8 +276,14 @@ class InferenceHandler:
         )
 
     def _end(self, x: _Exchange, outcome: Outcome, *, generated: int = 0, ok: bool = True) -> None:
-        """``_finish`` for an answer that never reached the client whole."""
-        self._finish(x, Usage(x.ticket.prompt_tokens, generated, ok=ok), outcome, None)
+        """``_finish`` for an answer that never reached the client whole.
+
+        A failure (``ok=False``) is a drop for the adaptive limit; anything else that
+        ends here (a disconnect, a preemption) tells it nothing.
+        """
+        feedback = Feedback.DROP if not ok else Feedback.IGNORE
+        usage = Usage(x.ticket.prompt_tokens, generated, ok=ok, feedback=feedback)
+        self._finish(x, usage, outcome, None)
 
     def _timed_out(self, x: _Exchange) -> GatewayError:
         """End a ticket whose engine did not answer in time; the error to answer with."""
@@ -315,8 +321,9 @@ class InferenceHandler:
                         reuse=state.keeps_alive(ticket.model, admit.backend),
                     )
                     interrupts.upstream.after(self._idle_s)
+                    first_token_s = None
                     if assembler is not None and response.status == 200:
-                        await self._gather(x, response, assembler)
+                        first_token_s = await self._gather(x, response, assembler)
                         body = assembler.body(prompt_tokens=ticket.prompt_tokens)
                     else:
                         body = await state.upstream.read(response)
@@ -359,7 +366,8 @@ class InferenceHandler:
                     self._end(x, Outcome.UPSTREAM_ERROR, ok=False)
                 raise
             response.release()
-            await self._relay_unary(x, admit, response.status, body)
+            ttft_s = None if first_token_s is None else first_token_s - admit.queued_s
+            await self._relay_unary(x, admit, response.status, body, ttft_s=ttft_s)
             return
 
     def _streams_upstream(self, ticket: Ticket, backend: str) -> bool:
@@ -379,28 +387,38 @@ class InferenceHandler:
 
     async def _gather(
         self, x: _Exchange, response: aiohttp.ClientResponse, assembler: StreamAssembler
-    ) -> None:
+    ) -> float | None:
+        """Read the engine's stream into ``assembler``; return when its first token came
+        (from the ticket's arrival), or ``None`` if none did."""
         driver, ticket, interrupts = self.state.driver, x.ticket, x.interrupts
         received = 0
+        first_token_s: float | None = None
+        parts = assembler.parts
         try:
             async for data in response.content.iter_any():
                 received += len(data)
                 interrupts.upstream.after(self._idle_s)
+                before = len(parts)
                 assembler.feed(data)
-                driver.progress(ticket.id, len(assembler.parts))
+                if first_token_s is None and any(parts[before:]):
+                    first_token_s = driver.now() - ticket.arrival
+                driver.progress(ticket.id, len(parts))
         except aiohttp.ClientError as exc:
             raise GatewayError(502, "upstream_error", "the engine's answer was cut off") from exc
         if received == 0:
             raise _EmptyStreamError
         if not assembler.done:
             raise GatewayError(502, "upstream_error", "the engine ended the answer early")
+        return first_token_s
 
     async def _after_preempt(self, x: _Exchange, preempt: Preempt, generated: int) -> Admit | None:
         """Free the preempted slot; for ``requeue`` wait for the next admission."""
         driver, ticket = self.state.driver, x.ticket
         if preempt.action is PreemptAction.REQUEUE:
             waiting = driver.requeue_wait(ticket.id)
-            driver.complete(ticket.id, Usage(ticket.prompt_tokens, generated))
+            driver.complete(
+                ticket.id, Usage(ticket.prompt_tokens, generated, feedback=Feedback.IGNORE)
+            )
             return await self._verdict(x, waiting)
         self._end(x, Outcome.PREEMPTED, generated=generated)
         return None
@@ -417,7 +435,14 @@ class InferenceHandler:
         headers = [JSON, *self._headers(ticket, admit), (b"x-sluicegate-preempted", b"1")]
         await send_body(x.send, 200, body, headers)
 
-    async def _relay_unary(self, x: _Exchange, admit: Admit, status: int, body: bytes) -> None:
+    async def _relay_unary(
+        self, x: _Exchange, admit: Admit, status: int, body: bytes, *, ttft_s: float | None = None
+    ) -> None:
+        """Answer with the engine's whole body; ``ttft_s`` (from admission) if it was streamed.
+
+        For the adaptive limit a success is a latency sample, the engine's 429 a drop
+        (like its 5xx, which also count against the circuit), any other 4xx nothing.
+        """
         ticket = x.ticket
         try:
             parsed = orjson.loads(body)
@@ -437,7 +462,12 @@ class InferenceHandler:
                 completion = reported
         elapsed = self.state.driver.now() - ticket.arrival
         outcome = Outcome.COMPLETED if status < 400 else Outcome.UPSTREAM_ERROR
-        self._finish(x, Usage(prompt, completion, ttft_s=None), outcome, elapsed)
+        if status < 400:
+            feedback = Feedback.SAMPLE
+        else:
+            feedback = Feedback.DROP if status == 429 else Feedback.IGNORE
+        usage = Usage(prompt, completion, ttft_s=ttft_s, feedback=feedback)
+        self._finish(x, usage, outcome, elapsed)
         headers = [JSON, *self._headers(ticket, admit)]
         if status == 429:
             # The engine's own 429 (its headers are not relayed) still tells SDKs when to retry.
@@ -581,11 +611,17 @@ class InferenceHandler:
         finally:
             response.close()
             completion = scanner.completion_tokens
+            if outcome is Outcome.COMPLETED:
+                feedback = Feedback.SAMPLE
+            else:
+                # Preemptions, disconnects and llama.cpp's empty stream say nothing of load.
+                feedback = Feedback.DROP if not ok else Feedback.IGNORE
             usage = Usage(
                 scanner.prompt_tokens or ticket.prompt_tokens,
                 completion if completion is not None else scanner.chunks,
                 ttft_s=None if ttft_s is None else ttft_s - admit.queued_s,
                 ok=ok,
+                feedback=feedback,
             )
             self._finish(x, usage, outcome, ttft_s)
         if interrupts.reason is Interrupt.CLIENT_STALLED:

@@ -7,7 +7,8 @@ so the hot path never touches them.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+import time
+from collections.abc import Callable, Collection, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -38,10 +39,11 @@ OTHER_TENANT = "other"
 
 
 class _SchedulerGauges(Collector):
-    """Gauges computed from a scheduler snapshot at scrape time."""
+    """Gauges computed from a scheduler snapshot at scrape time (health judged at ``clock()``)."""
 
-    def __init__(self, scheduler: Scheduler) -> None:
+    def __init__(self, scheduler: Scheduler, clock: Callable[[], float]) -> None:
         self._scheduler = scheduler
+        self._clock = clock
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         depth = GaugeMetricFamily(
@@ -67,11 +69,11 @@ class _SchedulerGauges(Collector):
         )
         healthy = GaugeMetricFamily(
             "sluicegate_backend_healthy",
-            "1 if the backend takes traffic (probe up, circuit not open).",
+            "1 if the backend takes traffic (probe up, circuit not open within a cool-down).",
             labels=["model", "backend"],
         )
         for name in self._scheduler.models():
-            view = self._scheduler.view(name)
+            view = self._scheduler.view(name, self._clock())
             for lane in view.lanes:
                 depth.add_metric([name, lane.name], lane.queued)
                 inflight.add_metric([name, lane.name], lane.running)
@@ -80,8 +82,7 @@ class _SchedulerGauges(Collector):
             for backend in view.backends:
                 if backend.kv_cache_usage is not None:
                     kv.add_metric([name, backend.name], backend.kv_cache_usage)
-                up = backend.healthy and backend.circuit != "open"
-                healthy.add_metric([name, backend.name], 1.0 if up else 0.0)
+                healthy.add_metric([name, backend.name], 1.0 if backend.healthy else 0.0)
         yield from (depth, inflight, limit, tokens, kv, healthy)
 
 
@@ -109,7 +110,12 @@ class LaneMetrics:
 class GatewayMetrics:
     """All of the gateway's metrics, in a registry of its own."""
 
-    def __init__(self, scheduler: Scheduler, tenants: Collection[str]) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        tenants: Collection[str],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.registry = CollectorRegistry()
         self._tenants = frozenset(tenants)
         self.queue_wait = Histogram(
@@ -145,7 +151,7 @@ class GatewayMetrics:
             ["model", "tenant", "kind"],
             registry=self.registry,
         )
-        self.registry.register(_SchedulerGauges(scheduler))
+        self.registry.register(_SchedulerGauges(scheduler, clock))
         self._lanes: dict[tuple[str, str], LaneMetrics] = {}
         self._token_children: dict[tuple[str, str], tuple[Counter, Counter]] = {}
 
@@ -159,10 +165,6 @@ class GatewayMetrics:
     def tenant_label(self, tenant: str) -> str:
         """The tenant as a bounded label value."""
         return tenant if tenant in self._tenants else OTHER_TENANT
-
-    def ended(self, model: str, lane: str, outcome: Outcome) -> None:
-        """Count one request ending with ``outcome``."""
-        self.lane(model, lane).ended(outcome)
 
     def served(self, model: str, tenant: str, prompt_tokens: int, completion_tokens: int) -> None:
         """Count tokens served for ``tenant``."""

@@ -45,10 +45,11 @@ class Ops:
         state = self.state
         if state.scheduler.draining:
             return _json({"status": "draining"}, 503)
+        now = state.driver.now()
         healthy = any(
-            backend.healthy and backend.circuit != "open"
+            backend.healthy
             for name in state.scheduler.models()
-            for backend in state.scheduler.view(name).backends
+            for backend in state.scheduler.view(name, now).backends
         )
         return _json(
             {"status": "ready" if healthy else "no_healthy_backend"}, 200 if healthy else 503
@@ -94,7 +95,7 @@ class Ops:
         scheduler = self.state.scheduler
         models = []
         for name in scheduler.models():
-            view = scheduler.view(name)
+            view = scheduler.view(name, self.state.driver.now())
             models.append(
                 {
                     "name": view.name,
@@ -120,6 +121,7 @@ class Ops:
                             "name": b.name,
                             "inflight": b.inflight,
                             "healthy": b.healthy,
+                            "probe_healthy": b.probe_healthy,
                             "circuit": b.circuit,
                             "kv_cache_usage": b.kv_cache_usage,
                             "num_requests_waiting": b.num_requests_waiting,
@@ -138,7 +140,3 @@ class Ops:
             return exc.response()
         self.state.scheduler.drain()
         return _json({"draining": True})
-
-    async def not_found(self, request: Request) -> Response:
-        """Anything else."""
-        return error_response(404, "not_found", "no such endpoint")

@@ -46,8 +46,8 @@ class GatewayState:
             for backend in model.backends
         }
         self.scheduler = Scheduler(config.scheduler_spec())
-        self.metrics = GatewayMetrics(self.scheduler, self._tenants)
         self.driver = SchedulerDriver(self.scheduler)
+        self.metrics = GatewayMetrics(self.scheduler, self._tenants, self.driver.now)
         self.upstream = Upstream(connect_timeout_s=config.server.upstream_connect_timeout_s)
 
     def tenant_spec(self, tenant: str) -> TenantSpec:

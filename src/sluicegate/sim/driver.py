@@ -635,7 +635,7 @@ class _Simulation:
                 num_requests_waiting=engine.num_requests_waiting,
             )
             self._execute(self.scheduler.observe_backend(stats, now), now)
-        view = self.scheduler.view(self.model)
+        view = self.scheduler.view(self.model, now)
         self.samples.add(
             now,
             {lane.name: lane.queued for lane in view.lanes},

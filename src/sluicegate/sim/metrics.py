@@ -86,15 +86,6 @@ class RequestRecord:
     replica: str | None
     requeues: int
 
-    @property
-    def within_deadline(self) -> bool:
-        """Completed at or before its deadline."""
-        return (
-            self.outcome == COMPLETED
-            and self.finish_s is not None
-            and self.finish_s <= self.deadline_s
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class Samples:

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from typing import cast
 
 from sluicegate.core.limits import aimd, gradient, kv_cache
-from sluicegate.core.limits.base import LIMITS, Limit
+from sluicegate.core.limits.base import LIMITS, Limit, SampleKind
 from sluicegate.core.spec import AdaptiveSpec
 
-__all__ = ["LIMITS", "Limit", "limit_names", "make_limit"]
+__all__ = ["LIMITS", "Limit", "SampleKind", "limit_names", "make_limit"]
 
 # Importing the modules registers them; keep the names referenced for linters.
 _IMPLEMENTATIONS = (aimd, gradient, kv_cache)

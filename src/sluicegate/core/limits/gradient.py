@@ -1,15 +1,12 @@
-"""Gradient2 limit: shrink when time to first token rises above its long-run level."""
+"""Gradient2 limit: shrink when request latency rises above its long-run level."""
 
 from __future__ import annotations
 
 import math
 from typing import ClassVar
 
-from sluicegate.core.limits.base import LIMITS
+from sluicegate.core.limits.base import LIMITS, SampleKind
 from sluicegate.core.spec import AdaptiveSpec
-
-_DROP_RTT_FACTOR = 2.0
-"""A dropped request counts as a sample this many times the long RTT."""
 
 _DRIFT_RATIO = 2.0
 _DRIFT_DECAY = 0.95
@@ -17,13 +14,36 @@ _GRADIENT_MIN = 0.5
 _GRADIENT_MAX = 1.0
 
 
+class _LongRtt:
+    """The long-run level of one kind of latency sample."""
+
+    __slots__ = ("_alpha", "seen", "value")
+
+    def __init__(self, alpha: float) -> None:
+        self._alpha = alpha
+        self.seen = 0
+        self.value = 0.0
+
+    def update(self, short: float) -> float:
+        """Fold ``short`` in; return the long value to compare this sample with."""
+        if self.seen * self._alpha < 1.0:
+            self.seen += 1
+            weight = max(self._alpha, 1.0 / self.seen)
+        else:
+            weight = self._alpha
+        long = self.value + weight * (short - self.value)
+        self.value = long * _DRIFT_DECAY if long > _DRIFT_RATIO * short else long
+        return long
+
+
 @LIMITS.register("latency")
 class GradientLimit:
-    """Netflix Gradient2 on time-to-first-token (TTFT) samples.
+    """Netflix Gradient2 on latency samples, with a separate history per sample kind.
 
-    Per sample ``short`` (the TTFT just observed) with float estimate ``L``:
+    Per sample ``short`` of kind ``k`` (``SampleKind``: time to first token,
+    or a unary answer's time per output token) with float estimate ``L``:
 
-    - ``long`` is an exponential average of samples with
+    - ``long`` is an exponential average of the samples of kind ``k`` with
       ``alpha = 2 / (long_window + 1)``; while fewer than ``1 / alpha`` samples
       have been seen it is their plain mean (weight ``max(alpha, 1/n)``), so a
       few early samples do not dominate it;
@@ -34,20 +54,29 @@ class GradientLimit:
       ``new = L * g + sqrt(L)``; ``L = (1 - smoothing) * L + smoothing * new``,
       clamped to ``[floor, cap]``.
 
+    Each kind is compared only with its own history: a model serving streams
+    and unary requests would otherwise read every change in that mix as a
+    change in latency.
+
     The queue allowance ``sqrt(L)`` (as Gradient v1 and Envoy use) gives
     headroom that grows with the limit, so a large limit probes upward at a
     useful pace and a small one stays cautious; Gradient2's fixed default of 4
     is too coarse across caps from 2 to thousands.
 
-    A ``dropped`` sample stands for a sample at twice the current long RTT
-    (``g = clamp(tolerance / 2, ...)``, 0.75 by default): a drop says the
-    backend is overloaded even if it never produced a TTFT. It does not feed
-    the long average, and is ignored before any real sample has set one.
-    Samples that are not positive and finite are ignored. KV-cache readings are
-    ignored. ``value`` is ``int`` of the float estimate.
+    A ``dropped`` request (the engine failed, timed out or answered 429/503)
+    counts as the smallest gradient (0.5) without the queue allowance:
+    ``L = L * (1 - smoothing / 2)`` (0.9 by default), whatever the load and
+    even before any latency sample. A refused or failed request is direct
+    evidence of overload, unlike latency at low load; and read as a slow
+    sample instead, a drop could not lower a limit of 16 or less with the
+    default tolerance (the queue allowance outweighs the gradient). A drop
+    feeds no long average.
+
+    Samples that are not positive and finite are ignored. KV-cache readings
+    are ignored. ``value`` is ``int`` of the float estimate.
     """
 
-    __slots__ = ("_alpha", "_cap", "_estimate", "_floor", "_long", "_seen", "_spec")
+    __slots__ = ("_cap", "_estimate", "_floor", "_long", "_spec")
 
     name: ClassVar[str] = "latency"
 
@@ -58,9 +87,8 @@ class GradientLimit:
         self._floor = float(spec.floor)
         self._cap = float(cap)
         self._estimate = float(cap)
-        self._alpha = 2.0 / (spec.long_window + 1)
-        self._long = 0.0
-        self._seen = 0
+        alpha = 2.0 / (spec.long_window + 1)
+        self._long = {kind: _LongRtt(alpha) for kind in SampleKind}
 
     @property
     def value(self) -> int:
@@ -69,36 +97,34 @@ class GradientLimit:
 
     @property
     def long_rtt_s(self) -> float | None:
-        """The long-run TTFT estimate, or ``None`` before the first sample."""
-        return self._long if self._seen else None
+        """The long-run time to first token, or ``None`` before the first such sample."""
+        return self.long_rtt_of(SampleKind.FIRST_TOKEN)
 
-    def on_sample(self, *, rtt_s: float, inflight: int, dropped: bool) -> None:
-        """Move the limit from one TTFT sample taken with ``inflight`` running."""
+    def long_rtt_of(self, kind: SampleKind) -> float | None:
+        """The long-run level of samples of ``kind``, or ``None`` before the first one."""
+        long = self._long[kind]
+        return long.value if long.seen else None
+
+    def on_sample(
+        self,
+        *,
+        rtt_s: float,
+        inflight: int,
+        dropped: bool,
+        kind: SampleKind = SampleKind.FIRST_TOKEN,
+    ) -> None:
+        """Move the limit from one finished request (see the class docstring)."""
         if dropped:
-            if not self._seen:
-                return
-            long = self._long
-            short = long * _DROP_RTT_FACTOR
-        else:
-            if not (0.0 < rtt_s < math.inf):
-                return
-            short = rtt_s
-            long = self._update_long(short)
-        self._adjust(long, short, inflight)
+            shrink = 1.0 - self._spec.smoothing * (1.0 - _GRADIENT_MIN)
+            self._estimate = max(self._floor, self._estimate * shrink)
+            return
+        if not (0.0 < rtt_s < math.inf):
+            return
+        long = self._long[kind].update(rtt_s)
+        self._adjust(long, rtt_s, inflight)
 
     def on_kv_usage(self, usage: float, *, inflight: int) -> None:
         """Ignored: this mode reacts to latency samples only."""
-
-    def _update_long(self, short: float) -> float:
-        """Fold ``short`` into the long average; return the value to use for this sample."""
-        if self._seen * self._alpha < 1.0:
-            self._seen += 1
-            weight = max(self._alpha, 1.0 / self._seen)
-        else:
-            weight = self._alpha
-        long = self._long + weight * (short - self._long)
-        self._long = long * _DRIFT_DECAY if long > _DRIFT_RATIO * short else long
-        return long
 
     def _adjust(self, long: float, short: float, inflight: int) -> None:
         estimate = self._estimate

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
-from sluicegate.core.limits.base import LIMITS
+from sluicegate.core.limits.base import LIMITS, SampleKind
 from sluicegate.core.spec import AdaptiveSpec
 
 
@@ -40,8 +40,15 @@ class KvCacheLimit:
         """The current effective limit, in ``[spec.floor, cap]``."""
         return self._value
 
-    def on_sample(self, *, rtt_s: float, inflight: int, dropped: bool) -> None:
-        """Ignored: this mode reacts to KV-cache usage only."""
+    def on_sample(
+        self,
+        *,
+        rtt_s: float,
+        inflight: int,
+        dropped: bool,
+        kind: SampleKind = SampleKind.FIRST_TOKEN,
+    ) -> None:
+        """Ignored, drops included: this mode reacts to KV-cache usage only."""
 
     def on_kv_usage(self, usage: float, *, inflight: int) -> None:
         """Move the limit from one KV-cache usage reading in ``[0, 1]``."""
