@@ -15,6 +15,7 @@ from setuptools import setup
 COMPILED = [
     "src/sluicegate/core/" + name
     for name in (
+        "admission.py",
         "backend.py",
         "circuit.py",
         "decisions.py",
@@ -22,7 +23,7 @@ COMPILED = [
         "predictor.py",
         "preemption.py",
         "queues.py",
-        "policies/fair.py",
+        "policies/base.py",
         "policies/fifo.py",
         "policies/oracle.py",
         "policies/priority.py",

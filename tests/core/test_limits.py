@@ -1,94 +1,25 @@
-"""Adaptive concurrency limits: conformance over every mode, then each mode's rule."""
+"""Adaptive concurrency limits: each mode's rule (what every mode must do is in
+test_conformance.py)."""
 
 from __future__ import annotations
 
-from typing import get_args
-
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from sluicegate.core.limits import Limit, SampleKind, limit_names, make_limit
+from sluicegate.core.limits import Limit, SampleKind, make_limit
 from sluicegate.core.limits.gradient import GradientLimit
 from sluicegate.core.spec import AdaptiveSpec
 
 BASELINE_S = 0.2
-
-_event = st.one_of(
-    st.tuples(
-        st.just("sample"),
-        st.one_of(st.floats(min_value=0.0, max_value=100.0), st.just(float("nan"))),
-        st.integers(min_value=0, max_value=200),
-        st.booleans(),
-        st.sampled_from(SampleKind),
-    ),
-    st.tuples(
-        st.just("kv"),
-        st.floats(min_value=0.0, max_value=1.0),
-        st.integers(min_value=0, max_value=200),
-        st.just(False),
-        st.just(SampleKind.FIRST_TOKEN),
-    ),
-)
+FIRST = SampleKind.FIRST_TOKEN
 
 
 def _limit(mode: str, cap: int = 64, **settings_: object) -> Limit:
     return make_limit(AdaptiveSpec.model_validate({"mode": mode, **settings_}), cap)
 
 
-def _loaded_samples(
-    limit: Limit, rtt_s: float, count: int, kind: SampleKind = SampleKind.FIRST_TOKEN
-) -> None:
+def _loaded_samples(limit: Limit, rtt_s: float, count: int, kind: SampleKind = FIRST) -> None:
     for _ in range(count):
-        limit.on_sample(rtt_s=rtt_s, inflight=limit.value, dropped=False, kind=kind)
-
-
-def test_every_configurable_mode_is_registered() -> None:
-    """Each mode AdaptiveSpec accepts has a registered implementation, and no more."""
-    modes = frozenset(get_args(AdaptiveSpec.model_fields["mode"].annotation))
-    assert limit_names() == modes
-
-
-@pytest.mark.parametrize("mode", sorted(limit_names()))
-def test_limit_starts_at_cap(mode: str) -> None:
-    """A fresh limit's value is the configured cap."""
-    assert _limit(mode, cap=37).value == 37
-
-
-@pytest.mark.parametrize("mode", sorted(limit_names()))
-def test_limit_name_matches_registration(mode: str) -> None:
-    """The class's ``name`` is the mode it is registered under."""
-    assert _limit(mode).name == mode
-
-
-@pytest.mark.parametrize("mode", sorted(limit_names()))
-@settings(max_examples=60, deadline=None)
-@given(
-    events=st.lists(_event, max_size=300),
-    floor=st.integers(min_value=1, max_value=8),
-    extra=st.integers(min_value=0, max_value=100),
-)
-def test_value_stays_an_int_within_floor_and_cap(
-    mode: str, events: list[tuple[str, float, int, bool, SampleKind]], floor: int, extra: int
-) -> None:
-    """Under any sequence of samples (of either kind, dropped or not) and KV readings, value
-    is an int in [floor, cap]."""
-    cap = floor + extra
-    limit = _limit(mode, cap=cap, floor=floor, long_window=20)
-    for event, reading, inflight, dropped, kind in events:
-        if event == "sample":
-            limit.on_sample(rtt_s=reading, inflight=inflight, dropped=dropped, kind=kind)
-        else:
-            limit.on_kv_usage(reading, inflight=inflight)
-        assert type(limit.value) is int
-        assert floor <= limit.value <= cap
-
-
-@pytest.mark.parametrize("mode", sorted(limit_names()))
-def test_make_limit_rejects_cap_below_floor(mode: str) -> None:
-    """A cap below the floor is a configuration error naming the floor."""
-    with pytest.raises(ValueError, match=r"floor \(4\)"):
-        _limit(mode, cap=3, floor=4)
+        limit.on_success(rtt_s, inflight=limit.value, kind=kind)
 
 
 def test_kv_cache_falls_multiplicatively_above_high_water() -> None:
@@ -132,7 +63,8 @@ def test_kv_cache_holds_between_watermarks() -> None:
 def test_kv_cache_ignores_latency_samples() -> None:
     """Latency samples, even drops, do not move a kv_cache limit."""
     limit = _limit("kv_cache", cap=20)
-    limit.on_sample(rtt_s=100.0, inflight=20, dropped=True)
+    limit.on_dropped(inflight=20)
+    limit.on_success(100.0, inflight=20, kind=FIRST)
     assert limit.value == 20
 
 
@@ -161,7 +93,7 @@ def test_gradient_holds_while_app_limited() -> None:
     limit = _limit("latency", cap=100)
     _loaded_samples(limit, BASELINE_S, 50)
     for _ in range(50):
-        limit.on_sample(rtt_s=10 * BASELINE_S, inflight=49, dropped=False)
+        limit.on_success(10 * BASELINE_S, inflight=49, kind=FIRST)
     assert limit.value == 100
 
 
@@ -170,9 +102,9 @@ def test_gradient_drop_lowers_even_a_small_limit() -> None:
     long RTT would not move a limit of 8 at all (its sqrt(L) allowance outweighs g = 0.75)."""
     limit = _limit("latency", cap=8)
     _loaded_samples(limit, BASELINE_S, 20)
-    limit.on_sample(rtt_s=0.0, inflight=8, dropped=True)
+    limit.on_dropped(inflight=8)
     assert limit.value == 7  # 8 * 0.9 = 7.2
-    limit.on_sample(rtt_s=0.0, inflight=7, dropped=True)
+    limit.on_dropped(inflight=7)
     assert limit.value == 6  # 7.2 * 0.9 = 6.48
 
 
@@ -180,12 +112,12 @@ def test_gradient_drop_counts_whatever_the_load_and_before_any_sample() -> None:
     """A drop is evidence by itself: it lowers the limit with nothing in flight and before
     any latency sample, and leaves the long RTT alone."""
     limit = _gradient(smoothing=0.5)
-    limit.on_sample(rtt_s=0.0, inflight=0, dropped=True)
+    limit.on_dropped(inflight=0)
     assert limit.value == 75  # 100 * (1 - 0.5 / 2)
     assert limit.long_rtt_s is None
     _loaded_samples(limit, BASELINE_S, 3)
     long = limit.long_rtt_s
-    limit.on_sample(rtt_s=50.0, inflight=0, dropped=True)
+    limit.on_dropped(inflight=0)
     assert limit.long_rtt_s == long
 
 
@@ -193,7 +125,7 @@ def test_gradient_drops_reach_the_floor() -> None:
     """Repeated drops walk the limit down to the floor and no further."""
     limit = _limit("latency", cap=16, floor=3)
     for _ in range(100):
-        limit.on_sample(rtt_s=0.0, inflight=1, dropped=True)
+        limit.on_dropped(inflight=1)
     assert limit.value == 3
 
 
@@ -229,7 +161,7 @@ def test_gradient_long_rtt_is_the_mean_while_warming_up() -> None:
     """Before 1/alpha samples the long RTT is the plain mean of the samples so far."""
     limit = _gradient(long_window=600)
     for rtt_s in (0.1, 0.2, 0.6):
-        limit.on_sample(rtt_s=rtt_s, inflight=0, dropped=False)
+        limit.on_success(rtt_s, inflight=0, kind=FIRST)
     assert limit.long_rtt_s == pytest.approx(0.3)
 
 
@@ -237,8 +169,8 @@ def test_gradient_long_rtt_is_an_exponential_average_after_warm_up() -> None:
     """Once warm, each sample moves the long RTT by alpha = 2/(window+1) of the gap."""
     limit = _gradient(long_window=3)
     for _ in range(5):
-        limit.on_sample(rtt_s=1.0, inflight=0, dropped=False)
-    limit.on_sample(rtt_s=0.6, inflight=0, dropped=False)
+        limit.on_success(1.0, inflight=0, kind=FIRST)
+    limit.on_success(0.6, inflight=0, kind=FIRST)
     assert limit.long_rtt_s == pytest.approx(0.8)
 
 
@@ -246,8 +178,8 @@ def test_gradient_long_rtt_decays_when_far_above_the_sample() -> None:
     """When long/short exceeds 2 the stored long RTT is also multiplied by 0.95."""
     limit = _gradient(long_window=3)
     for _ in range(5):
-        limit.on_sample(rtt_s=1.0, inflight=0, dropped=False)
-    limit.on_sample(rtt_s=0.2, inflight=0, dropped=False)
+        limit.on_success(1.0, inflight=0, kind=FIRST)
+    limit.on_success(0.2, inflight=0, kind=FIRST)
     assert limit.long_rtt_s == pytest.approx(0.6 * 0.95)
 
 
@@ -261,14 +193,14 @@ def test_gradient_ignores_kv_usage() -> None:
 def test_aimd_decreases_on_drop() -> None:
     """A dropped request sets L = floor(L * decrease)."""
     limit = _limit("aimd", cap=50, decrease=0.5)
-    limit.on_sample(rtt_s=0.1, inflight=50, dropped=True)
+    limit.on_dropped(inflight=50)
     assert limit.value == 25
 
 
 def test_aimd_decreases_on_timeout() -> None:
     """A sample slower than timeout_s counts as a drop."""
     limit = _limit("aimd", cap=50, decrease=0.5, timeout_s=1.0)
-    limit.on_sample(rtt_s=1.5, inflight=50, dropped=False)
+    limit.on_success(1.5, inflight=50, kind=FIRST)
     assert limit.value == 25
 
 
@@ -278,7 +210,7 @@ def test_aimd_drop_costs_at_least_one_slot_at_the_default_decrease() -> None:
     limit = _limit("aimd", cap=8)
     seen = []
     for _ in range(8):
-        limit.on_sample(rtt_s=0.0, inflight=0, dropped=True)
+        limit.on_dropped(inflight=0)
         seen.append(limit.value)
     assert seen == [7, 6, 5, 4, 3, 2, 1, 1]
 
@@ -287,26 +219,26 @@ def test_aimd_timeout_judges_only_time_to_first_token() -> None:
     """A unary answer's time per output token above timeout_s is a success, not a drop; a
     time to first token above it is a drop."""
     limit = _limit("aimd", cap=50, decrease=0.5, timeout_s=1.0)
-    limit.on_sample(rtt_s=0.1, inflight=50, dropped=True)
-    limit.on_sample(rtt_s=3.0, inflight=25, dropped=False, kind=SampleKind.PER_OUTPUT_TOKEN)
+    limit.on_dropped(inflight=50)
+    limit.on_success(3.0, inflight=25, kind=SampleKind.PER_OUTPUT_TOKEN)
     assert limit.value == 26
-    limit.on_sample(rtt_s=3.0, inflight=26, dropped=False, kind=SampleKind.FIRST_TOKEN)
+    limit.on_success(3.0, inflight=26, kind=SampleKind.FIRST_TOKEN)
     assert limit.value == 13
 
 
 def test_aimd_increases_under_load() -> None:
     """A good sample with inflight*2 >= L adds ``increase``."""
     limit = _limit("aimd", cap=50, decrease=0.5, increase=2)
-    limit.on_sample(rtt_s=0.1, inflight=50, dropped=True)
-    limit.on_sample(rtt_s=0.1, inflight=13, dropped=False)
+    limit.on_dropped(inflight=50)
+    limit.on_success(0.1, inflight=13, kind=FIRST)
     assert limit.value == 27
 
 
 def test_aimd_holds_when_app_limited() -> None:
     """A good sample with inflight*2 < L leaves the limit unchanged."""
     limit = _limit("aimd", cap=50, decrease=0.5)
-    limit.on_sample(rtt_s=0.1, inflight=50, dropped=True)
-    limit.on_sample(rtt_s=0.1, inflight=12, dropped=False)
+    limit.on_dropped(inflight=50)
+    limit.on_success(0.1, inflight=12, kind=FIRST)
     assert limit.value == 25
 
 

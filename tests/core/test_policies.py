@@ -13,8 +13,10 @@ from collections.abc import Callable, Sequence
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from sluicegate.core.decisions import Admit, Decision
+from sluicegate.core.policies import ORDERINGS
 from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.spec import LaneSpec, SchedulerSpec, TenantSpec
 from sluicegate.core.ticket import Ticket, Usage
@@ -296,51 +298,34 @@ def weighted_cost(ticket: Ticket, weight: float) -> float:
     return (ticket.prompt_tokens + 2 * output_of(ticket)) / weight
 
 
-REQUEST = st.tuples(st.integers(1, 300), st.integers(1, 150), st.integers(1, 150))
-
-
-@pytest.mark.parametrize(("weight_a", "weight_b"), [(1.0, 1.0), (2.0, 1.0)])
-@settings(max_examples=40, deadline=None)
-@given(
-    reqs_a=st.lists(REQUEST, min_size=5, max_size=30),
-    reqs_b=st.lists(REQUEST, min_size=5, max_size=30),
+REQUEST = st.tuples(
+    st.integers(1, 300), st.integers(1, 150), st.integers(1, 150), st.integers(0, 5)
 )
-def test_fair_keeps_backlogged_tenants_within_bound(
-    weight_a: float,
-    weight_b: float,
-    reqs_a: list[tuple[int, int, int]],
-    reqs_b: list[tuple[int, int, int]],
-    make_spec: SpecFactory,
-    make_lane: LaneFactory,
-    make_ticket: TicketFactory,
-) -> None:
-    """fair: while two tenants are both backlogged, their weighted served tokens differ by
-    at most twice the largest request's weighted cost (VTC bound), at every completion.
 
-    Requests are (prompt, true output, predicted output); the counter is
-    charged the prediction at admission and corrected to the truth at finish.
+
+FAIR_LANES = [{"policy": "fair"}] + [
+    {"policy": ordering, "fairness": "vtc"} for ordering in sorted(ORDERINGS)
+]
+"""``policy: fair`` (slack ordering) and ``vtc`` fairness with every registered ordering."""
+
+
+def _lane_id(lane: dict[str, str]) -> str:
+    return "+".join(lane.values())
+
+
+def served_order(
+    sched: Scheduler, running: Ticket, weights: dict[str, float], queued: dict[str, int]
+) -> tuple[list[Ticket], float]:
+    """Complete the running ticket until the one-slot lane is empty; ``queued`` counts the
+    tickets of tenants a and b waiting behind it.
+
+    Returns the tickets in admission order and the largest gap between the two tenants'
+    weighted served tokens at any completion while both were backlogged.
     """
-    weights = {"a": weight_a, "b": weight_b}
-    tenants = [TenantSpec(name=name, weight=w) for name, w in weights.items()]
-    sched = Scheduler(make_spec(make_lane(policy="fair"), tenants=tenants))
-    running = start(sched, make_ticket("blocker", tenant="z", predicted=1), 0.0)
-    queued = {"a": 0, "b": 0}
-    costs: list[float] = []
-    for tenant, reqs in (("a", reqs_a), ("b", reqs_b)):
-        for i, (prompt, true, predicted) in enumerate(reqs):
-            ticket = make_ticket(
-                f"{tenant}{i}",
-                tenant=tenant,
-                prompt_tokens=prompt,
-                true_output=true,
-                predicted=predicted,
-                max_tokens=150,
-            )
-            costs.append(weighted_cost(ticket, weights[tenant]))
-            sched.submit(ticket, 0.0)
-            queued[tenant] += 1
-    bound = 2.0 * max(costs)
+    queued = dict(queued)
     served = {"a": 0.0, "b": 0.0}
+    order: list[Ticket] = []
+    gap = 0.0
     now = 0.0
     while True:
         now += 1.0
@@ -349,11 +334,76 @@ def test_fair_keeps_backlogged_tenants_within_bound(
         if running.tenant in served:
             served[running.tenant] += weighted_cost(running, weights[running.tenant])
         if not out:
-            break
+            return order, gap
         (running,) = out
+        order.append(running)
         queued[running.tenant] -= 1
         if queued["a"] and queued["b"]:
-            assert abs(served["a"] - served["b"]) <= bound
+            gap = max(gap, abs(served["a"] - served["b"]))
+
+
+@pytest.mark.parametrize("lane", FAIR_LANES, ids=_lane_id)
+@pytest.mark.parametrize(("weight_a", "weight_b"), [(1.0, 1.0), (2.0, 1.0)])
+@settings(max_examples=25, deadline=None)
+@given(
+    reqs_a=st.lists(REQUEST, min_size=5, max_size=30),
+    reqs_b=st.lists(REQUEST, min_size=5, max_size=30),
+)
+def test_fair_keeps_backlogged_tenants_within_bound(
+    lane: dict[str, str],
+    weight_a: float,
+    weight_b: float,
+    reqs_a: list[tuple[int, int, int, int]],
+    reqs_b: list[tuple[int, int, int, int]],
+    make_spec: SpecFactory,
+    make_lane: LaneFactory,
+    make_ticket: TicketFactory,
+) -> None:
+    """vtc fairness, whatever the ordering: while two tenants are both backlogged, their
+    weighted served tokens differ by at most twice the largest request's weighted cost (VTC
+    bound), at every completion; and each tenant's tickets are admitted in exactly the order
+    the same ordering gives them in a lane without fairness.
+
+    Requests are (prompt, true output, predicted output, priority); the counter is
+    charged the prediction at admission and corrected to the truth at finish.
+    """
+    weights = {"a": weight_a, "b": weight_b}
+    tenants = [TenantSpec(name=name, weight=w) for name, w in weights.items()]
+    tickets = {
+        tenant: [
+            make_ticket(
+                f"{tenant}{i}",
+                tenant=tenant,
+                prompt_tokens=prompt,
+                true_output=true,
+                predicted=predicted,
+                max_tokens=150,
+                priority=priority,
+                arrival=float(i % 4),
+            )
+            for i, (prompt, true, predicted, priority) in enumerate(reqs)
+        ]
+        for tenant, reqs in (("a", reqs_a), ("b", reqs_b))
+    }
+    costs = [weighted_cost(t, weights[t.tenant]) for group in tickets.values() for t in group]
+
+    sched = Scheduler(make_spec(make_lane(**lane), tenants=tenants))
+    blocker = start(sched, make_ticket("blocker", tenant="z", predicted=1), 0.0)
+    for group in tickets.values():
+        for ticket in group:
+            sched.submit(ticket, 0.0)
+    queued = {tenant: len(group) for tenant, group in tickets.items()}
+    order, gap = served_order(sched, blocker, weights, queued)
+    assert gap <= 2.0 * max(costs)
+
+    ordering = lane["policy"] if lane["policy"] in ORDERINGS.names() else "slack"
+    for tenant, group in tickets.items():
+        alone = Scheduler(make_spec(make_lane(policy=ordering, fairness="none")))
+        running = start(alone, make_ticket("blocker", tenant="z", predicted=1), 0.0)
+        for ticket in group:
+            alone.submit(ticket, 0.0)
+        expected = drain(alone, running, 0.0)
+        assert [t for t in order if t.tenant == tenant] == expected
 
 
 FAIR_PROMPT = 100
@@ -415,8 +465,60 @@ def test_fair_returning_tenant_gets_no_burst(
 
 
 def test_fair_counter_is_none_outside_fair_lanes(
-    make_spec: SpecFactory, make_lane: LaneFactory
+    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
 ) -> None:
-    """Scheduler.counter reports a fair-share counter only for ``fair`` lanes."""
+    """Scheduler.counter reports a fair-share counter only in lanes with ``vtc`` fairness
+    (``policy: fair``, or any ordering with ``fairness: vtc``)."""
     sched = Scheduler(make_spec(make_lane(policy="fifo")))
     assert sched.counter(MODEL, LANE, "a") is None
+    sched = Scheduler(make_spec(make_lane(policy="fifo", fairness="vtc")))
+    start(sched, make_ticket("a1", tenant="a", prompt_tokens=10, predicted=5), 0.0)
+    assert sched.counter(MODEL, LANE, "a") == 10 + 2 * 5
+
+
+def test_fair_is_slack_ordering_with_vtc_fairness(
+    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
+) -> None:
+    """``policy: fair`` and ``policy: slack, fairness: vtc`` admit the same workload in
+    the same order, and that order differs from slack without fairness."""
+    orders = []
+    for lane in ({"policy": "fair"}, {"policy": "slack", "fairness": "vtc"}, {"policy": "slack"}):
+        sched = Scheduler(make_spec(make_lane(**lane)))
+        blocker = start(sched, make_ticket("blocker", tenant="z", predicted=1), 0.0)
+        for i in range(6):
+            # Tenant a's tickets are all more urgent than b's: slack alone serves a first.
+            tenant, deadline = ("a", 10.0 + i) if i < 3 else ("b", 100.0 + i)
+            ticket = make_ticket(f"{tenant}{i}", tenant=tenant, deadline=deadline, predicted=20)
+            sched.submit(ticket, 0.0)
+        orders.append([t.id for t in drain(sched, blocker, 0.0)])
+    assert orders[0] == orders[1] == ["a0", "b3", "a1", "b4", "a2", "b5"]
+    assert orders[2] == ["a0", "a1", "a2", "b3", "b4", "b5"]
+
+
+def test_lane_policy_and_fairness_resolve_to_an_ordering_and_a_fairness(
+    make_lane: LaneFactory,
+) -> None:
+    """A lane's queue is built from (ordering, fairness): ``policy`` names the ordering,
+    ``fairness`` defaults to ``none``, and ``fair`` means slack with ``vtc``."""
+    assert make_lane(policy="sjf").queue_policy == ("sjf", "none")
+    assert make_lane(policy="sjf", fairness="vtc").queue_policy == ("sjf", "vtc")
+    assert make_lane(policy="fifo", fairness="none").queue_policy == ("fifo", "none")
+    assert make_lane(policy="fair").queue_policy == ("slack", "vtc")
+    assert make_lane(policy="fair", fairness="vtc").queue_policy == ("slack", "vtc")
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"policy": "lottery"}, r"unknown policy 'lottery'; choose one of \['fair', 'fifo'"),
+        ({"fairness": "drr"}, r"unknown fairness 'drr'; choose one of \['none', 'vtc'\]"),
+        ({"policy": "fair", "fairness": "none"}, r"policy 'fair' is 'slack' ordering with 'vtc'"),
+    ],
+)
+def test_lane_refuses_unknown_or_contradictory_queue_policy(
+    make_lane: LaneFactory, fields: dict[str, str], message: str
+) -> None:
+    """Unknown names are refused with the choices; ``fair`` with another fairness is a
+    contradiction, refused with what to write instead."""
+    with pytest.raises(ValidationError, match=message):
+        make_lane(**fields)

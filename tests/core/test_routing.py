@@ -1,4 +1,5 @@
-"""Routing strategies: the Router contract for every strategy, then each one's own rule."""
+"""Routing strategies: each one's own rule (the contract every router keeps is in
+test_conformance.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ from collections import Counter
 from collections.abc import Sequence
 
 import pytest
+from backend_pool import NOW, SERVICE_S, backend, backends, pick, ticket
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluicegate.core.backend import BackendState
-from sluicegate.core.circuit import CircuitBreaker
 from sluicegate.core.routing import (
     LeastExpectedTimeRouter,
     LeastInflightRouter,
@@ -21,43 +22,6 @@ from sluicegate.core.routing import (
     make_router,
     router_names,
 )
-from sluicegate.core.spec import BackendSpec
-from sluicegate.core.ticket import Ticket, TicketId
-
-NOW = 1.0
-SERVICE_S = 2.0
-
-
-def backend(name: str, weight: float = 1.0, *, max_concurrency: int | None = None) -> BackendState:
-    """A healthy, idle backend."""
-    spec = BackendSpec(name=name, weight=weight, max_concurrency=max_concurrency)
-    return BackendState(spec, CircuitBreaker(failures=3, cooldown_s=5.0))
-
-
-def backends(n: int) -> list[BackendState]:
-    """``n`` healthy, idle, equally weighted backends ``b0`` … ``b{n-1}``."""
-    return [backend(f"b{i}") for i in range(n)]
-
-
-def ticket(prefix_key: int | None = None, n: int = 0) -> Ticket:
-    """A ticket carrying ``prefix_key``."""
-    return Ticket(
-        id=TicketId(f"t{n}"),
-        model="m",
-        tenant="acme",
-        lane="interactive",
-        priority=2,
-        prompt_tokens=100,
-        max_tokens=64,
-        arrival=0.0,
-        prefix_key=prefix_key,
-    )
-
-
-def pick(router: Router, pool: Sequence[BackendState], prefix_key: int | None = 7) -> str | None:
-    """The name of the backend ``router`` chooses for one ticket, or ``None``."""
-    chosen = router.choose(ticket(prefix_key), SERVICE_S, pool, NOW)
-    return None if chosen is None else chosen.name
 
 
 def pick_and_run(router: Router, pool: Sequence[BackendState], keys: Sequence[int | None]) -> None:
@@ -69,27 +33,8 @@ def pick_and_run(router: Router, pool: Sequence[BackendState], keys: Sequence[in
         chosen.predicted_work_s += SERVICE_S
 
 
-def snapshot(pool: Sequence[BackendState]) -> list[tuple[object, ...]]:
-    """Every field a router could be tempted to change."""
-    return [
-        (
-            b.inflight,
-            b.predicted_work_s,
-            b.kv_cache_usage,
-            b.num_requests_waiting,
-            b.num_requests_running,
-            b.probe_healthy,
-            b.circuit.state,
-        )
-        for b in pool
-    ]
-
-
-ALL_ROUTERS = sorted(router_names())
-
-
 def test_registry_lists_the_four_strategies() -> None:
-    """Importing the package registers every strategy under its documented name."""
+    """The registry lists every strategy under its documented name."""
     assert router_names() == {
         "round_robin",
         "least_inflight",
@@ -102,74 +47,6 @@ def test_make_router_rejects_unknown_name() -> None:
     """An unknown strategy name is a KeyError that lists the choices."""
     with pytest.raises(KeyError, match="least_inflight"):
         make_router("random", backends(2))
-
-
-@pytest.mark.parametrize("name", ALL_ROUTERS)
-def test_router_reports_its_registered_name(name: str) -> None:
-    """``make_router(name)`` builds the class whose ``name`` is ``name``."""
-    assert make_router(name, backends(2)).name == name
-
-
-@pytest.mark.parametrize("name", ALL_ROUTERS)
-def test_router_chooses_only_available_backends(name: str) -> None:
-    """Tripped, probe-failed and full backends are never chosen while another is available."""
-    pool = [
-        backend("tripped"),
-        backend("down"),
-        backend("full", max_concurrency=1),
-        backend("ok1"),
-        backend("ok2", weight=3.0),
-    ]
-    pool[0].circuit.trip(0.0)
-    pool[1].probe_healthy = False
-    pool[2].inflight = 1
-    router = make_router(name, pool)
-    chosen = {pick(router, pool, key) for key in [*range(200), None]}
-    assert chosen <= {"ok1", "ok2"}
-    assert None not in chosen
-
-
-@pytest.mark.parametrize("name", ALL_ROUTERS)
-def test_router_returns_none_when_all_unhealthy(name: str) -> None:
-    """With every circuit open or every probe failed, there is no backend to choose."""
-    pool = backends(3)
-    pool[0].circuit.trip(0.0)
-    pool[1].probe_healthy = False
-    pool[2].circuit.trip(0.5)
-    router = make_router(name, pool)
-    assert {pick(router, pool, key) for key in (1, 2, None)} == {None}
-
-
-@pytest.mark.parametrize("name", ALL_ROUTERS)
-def test_router_returns_none_when_all_full(name: str) -> None:
-    """Backends at their own ``max_concurrency`` are not available."""
-    pool = [backend(f"b{i}", max_concurrency=2) for i in range(3)]
-    for b in pool:
-        b.inflight = 2
-    router = make_router(name, pool)
-    assert {pick(router, pool, key) for key in (1, 2, None)} == {None}
-
-
-@pytest.mark.parametrize("name", ALL_ROUTERS)
-def test_router_returns_none_without_backends(name: str) -> None:
-    """A model with no backends routes nothing."""
-    assert pick(make_router(name, []), []) is None
-
-
-@pytest.mark.parametrize("name", ALL_ROUTERS)
-def test_router_never_mutates_backends(name: str) -> None:
-    """Choosing leaves in-flight counts, engine numbers and health as they were."""
-    pool = backends(4)
-    for i, b in enumerate(pool):
-        b.inflight = i
-        b.predicted_work_s = 3.0 * i
-        b.kv_cache_usage = 0.1 * i
-        b.num_requests_waiting = i
-    before = snapshot(pool)
-    router = make_router(name, pool)
-    for key in [*range(50), None]:
-        pick(router, pool, key)
-    assert snapshot(pool) == before
 
 
 def test_round_robin_honours_weights_exactly() -> None:

@@ -12,6 +12,8 @@ from collections.abc import Callable
 import pytest
 
 from sluicegate.core.decisions import Admit
+from sluicegate.core.limits import Limit, SampleKind
+from sluicegate.core.limits.feedback import report_outcome
 from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.spec import AdaptiveSpec, LaneSpec, SchedulerSpec
 from sluicegate.core.ticket import Feedback, Ticket, Usage
@@ -168,3 +170,47 @@ def test_streams_and_unary_answers_are_judged_apart(
         h.run(Usage(100, OUTPUT_TOKENS), start=now + 0.5, end=now + 0.9, count=CAP)
         now += 1.0
     assert h.cap == CAP
+
+
+class _Recording(Limit):
+    """A real limit that records each listener call instead of moving."""
+
+    __slots__ = ("calls",)
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        super().__init__(AdaptiveSpec(), CAP)
+        self.calls: list[tuple[object, ...]] = []
+
+    def on_success(self, rtt_s: float, *, inflight: int, kind: SampleKind) -> None:
+        self.calls.append(("success", rtt_s, inflight, kind))
+
+    def on_dropped(self, *, inflight: int) -> None:
+        self.calls.append(("dropped", inflight))
+
+    def on_ignore(self) -> None:
+        self.calls.append(("ignore",))
+
+
+@pytest.mark.parametrize(
+    ("usage", "call"),
+    [
+        (Usage(100, 20, ttft_s=0.3), ("success", 0.3, 5, SampleKind.FIRST_TOKEN)),
+        (Usage(100, 20), ("success", 0.1, 5, SampleKind.PER_OUTPUT_TOKEN)),
+        (Usage(100, 0), ("success", 2.0, 5, SampleKind.PER_OUTPUT_TOKEN)),
+        (Usage(100, 0, ok=False), ("dropped", 5)),
+        (Usage(100, 20, ttft_s=0.3, feedback=Feedback.DROP), ("dropped", 5)),
+        (Usage(100, 20, ttft_s=0.3, feedback=Feedback.IGNORE), ("ignore",)),
+        (Usage(100, 0, ok=False, feedback=Feedback.IGNORE), ("ignore",)),
+    ],
+)
+def test_each_finished_request_is_exactly_one_listener_call(
+    usage: Usage, call: tuple[object, ...]
+) -> None:
+    """``report_outcome`` makes one call per request (2 s from admission, 5 in flight):
+    a success with the time to first token when there is one, else the time per output token
+    (at least one token); a drop; or an ignore."""
+    limit = _Recording()
+    report_outcome(limit, usage, elapsed_s=2.0, inflight=5)
+    assert limit.calls == [call]

@@ -36,13 +36,22 @@ from sluicegate.core import (
     TicketId,
     Usage,
 )
-from sluicegate.core.policies import policy_names
+from sluicegate.core.policies import FAIRNESS, POLICY_ALIASES, policy_names
 
 MODEL = "m"
 TENANTS = ("alice", "bob", "carol")
+QUEUE_POLICIES = [
+    (policy, fairness)
+    for policy in sorted(policy_names())
+    for fairness in (None, *FAIRNESS)
+    if fairness is None or policy not in POLICY_ALIASES
+]
+"""Every (policy, fairness) a lane accepts: each ordering with each fairness, and ``fair``."""
 
 
-def _lanes(policies: list[str], borrow: list[bool], requeue: bool) -> tuple[LaneSpec, ...]:
+def _lanes(
+    policies: list[tuple[str, str | None]], borrow: list[bool], requeue: bool
+) -> tuple[LaneSpec, ...]:
     return (
         LaneSpec(
             name="interactive",
@@ -50,7 +59,8 @@ def _lanes(policies: list[str], borrow: list[bool], requeue: bool) -> tuple[Lane
             max_queue=6,
             queue_timeout_s=5.0,
             slo_ms=3_000.0,
-            policy=policies[0],
+            policy=policies[0][0],
+            fairness=policies[0][1],
             preemptible="never",
             borrow=borrow[0],
         ),
@@ -60,7 +70,8 @@ def _lanes(policies: list[str], borrow: list[bool], requeue: bool) -> tuple[Lane
             max_queue=8,
             queue_timeout_s=20.0,
             slo_ms=10_000.0,
-            policy=policies[1],
+            policy=policies[1][0],
+            fairness=policies[1][1],
             preemptible=AfterFraction(after_fraction=0.5),
             preempt_action="requeue" if requeue else "abort",
             borrow=borrow[1],
@@ -71,7 +82,8 @@ def _lanes(policies: list[str], borrow: list[bool], requeue: bool) -> tuple[Lane
             max_queue=8,
             queue_timeout_s=30.0,
             slo_ms=60_000.0,
-            policy=policies[2],
+            policy=policies[2][0],
+            fairness=policies[2][1],
             preemptible="priority",
             preempt_action="requeue" if requeue else "abort",
             max_requeues=2,
@@ -99,7 +111,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.reentered: set[str] = set()  # queued again after a deny or a requeue
 
     @initialize(
-        policies=st.lists(st.sampled_from(sorted(policy_names())), min_size=3, max_size=3),
+        policies=st.lists(st.sampled_from(QUEUE_POLICIES), min_size=3, max_size=3),
         borrow=st.lists(st.booleans(), min_size=3, max_size=3),
         requeue=st.booleans(),
         global_slots=st.booleans(),
@@ -108,7 +120,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     )
     def setup(
         self,
-        policies: list[str],
+        policies: list[tuple[str, str | None]],
         borrow: list[bool],
         requeue: bool,
         global_slots: bool,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sluicegate.core.circuit import CircuitBreaker, CircuitState
-from sluicegate.core.spec import BackendSpec
+from sluicegate.core.component_specs import BackendSpec
 
 
 class BackendState:

@@ -1,16 +1,24 @@
-"""Preemption rules (DESIGN §7): who may be preempted, when, and which victim first.
+"""Preemption (DESIGN §7): who may be preempted, when, which victim first, and the search.
 
-Tiers by priority when a lane says ``preemptible: priority``: 0–1 never;
-2–3 only after 80% of ``max_tokens`` is generated (the partial answer is
-useful); 4–5 at any time. A lane may instead fix one rule for all its tickets
-(``never``, ``always``, or ``after_fraction``).
+Rules. Tiers by priority when a lane says ``preemptible: priority``: 0–1
+never; 2–3 only after 80% of ``max_tokens`` is generated (the partial answer
+is useful); 4–5 at any time. A lane may instead fix one rule for all its
+tickets (``never``, ``always``, or ``after_fraction``).
+
+Search (``preempt_for_blocked``, run after admission on every dispatch). For
+each lane whose waiting head is *urgent* (its latest start has come, or it has
+waited ``preempt_after_ms``) or *reclaiming* (its own quota is lent out while
+the model is full), the candidates are running tickets whose stop frees what
+the head waits for; the cheapest preemptible one (``victim_order``) is stopped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
-from sluicegate.core.entry import Entry
+from sluicegate.core.decisions import Decision, Preempt, PreemptAction
+from sluicegate.core.entry import Entry, State
+from sluicegate.core.runtime import LaneRuntime, ModelRuntime
 from sluicegate.core.spec import AfterFraction, LaneSpec
 
 STANDARD_FRACTION = 0.8
@@ -64,3 +72,125 @@ def victim_order(entry: Entry, now: float) -> tuple[int, int, float]:
 def choose_victim(candidates: Iterable[Entry], now: float) -> Entry | None:
     """The candidate whose preemption costs least, or ``None``."""
     return min(candidates, key=lambda entry: victim_order(entry, now), default=None)
+
+
+def preempt_for_blocked(model: ModelRuntime, now: float, out: list[Decision]) -> None:
+    """Preempt a running ticket for each lane whose waiting head is urgent or reclaiming.
+
+    Appends the ``Preempt`` decisions to ``out`` and sets ``model.wakeup``: the
+    next moment a blocked head becomes urgent, a victim becomes preemptible, a
+    paused lane resumes, or an open circuit lets a probe through.
+    """
+    wakeups: list[float] = []
+    waiting = False
+    for lane in model.lane_order:
+        head = lane.queue.peek()
+        if head is None:
+            continue
+        waiting = True
+        if lane.blocked_until > now:
+            wakeups.append(lane.blocked_until)
+            continue
+        if lane.pending_preempts or not model.running_entries:
+            continue
+        if model.borrowed_running == 0 and not model.runs_less_important_than(head.ticket.priority):
+            continue
+        lane_full = lane.own >= lane.cap and not (lane.spec.borrow and model.lendable() > 0)
+        reclaim = not lane_full and model.borrowed_running > 0
+        if not reclaim and not model.runs_less_important_than(head.ticket.priority):
+            continue
+        urgent_at = head.deadline - head.service_s - model.spec.preempt_slack_s
+        after_ms = lane.spec.preempt_after_ms
+        if after_ms is not None:
+            urgent_at = min(urgent_at, head.enqueued_at + after_ms / 1000.0)
+        urgent = now >= urgent_at
+        if not urgent:
+            wakeups.append(urgent_at)
+            if not reclaim:
+                continue
+        candidates = [
+            victim
+            for victim in _victims(model, lane, head, urgent=urgent, reclaim=reclaim)
+            if _would_unblock(model, lane, head, victim, lane_full=lane_full, now=now)
+        ]
+        ready = [v for v in candidates if is_preemptible(v, model.lanes[v.ticket.lane].spec, now)]
+        victim = choose_victim(ready, now)
+        if victim is None:
+            wakeups.extend(_eligible_at(model, candidates, now))
+            continue
+        _preempt(model, lane, victim, out)
+    if waiting and not model.any_healthy(now):
+        wakeups.extend(t for b in model.backends if (t := b.circuit.reopen_at()) is not None)
+    model.wakeup = min(wakeups) if wakeups else None
+
+
+def _victims(
+    model: ModelRuntime, lane: LaneRuntime, head: Entry, *, urgent: bool, reclaim: bool
+) -> Iterator[Entry]:
+    """Running tickets ``head`` may displace: borrowers when reclaiming, less important
+    tickets when urgent."""
+    name = lane.spec.name
+    priority = head.ticket.priority
+    for victim in model.running_entries.values():
+        if victim.state is not State.RUNNING:
+            continue
+        if (reclaim and victim.borrowed and victim.ticket.lane != name) or (
+            urgent and victim.ticket.priority > priority
+        ):
+            yield victim
+
+
+def _would_unblock(
+    model: ModelRuntime,
+    lane: LaneRuntime,
+    head: Entry,
+    victim: Entry,
+    *,
+    lane_full: bool,
+    now: float,
+) -> bool:
+    """Whether stopping ``victim`` frees what ``head`` waits for.
+
+    A victim admitted at this very instant is never chosen: admitting and
+    preempting in one step would only churn.
+    """
+    if victim.admitted_at >= now:
+        return False
+    if lane_full:
+        return victim.ticket.lane == lane.spec.name and not victim.borrowed
+    if model.tokens_fit(head):
+        return True
+    budget = model.spec.max_inflight_tokens or 0
+    return model.inflight_tokens - victim.cost_tokens + head.cost_tokens <= budget
+
+
+def _eligible_at(model: ModelRuntime, candidates: list[Entry], now: float) -> list[float]:
+    """When fraction-gated candidates will have generated enough to be preemptible."""
+    times = []
+    for victim in candidates:
+        fraction = required_fraction(model.lanes[victim.ticket.lane].spec, victim.ticket.priority)
+        if fraction is None:
+            continue
+        at = (
+            victim.admitted_at
+            + victim.prefill_s
+            + fraction * victim.ticket.max_tokens * victim.decode_s_per_token
+        )
+        times.append(max(at, now + 0.01))
+    return times
+
+
+def _preempt(model: ModelRuntime, lane: LaneRuntime, victim: Entry, out: list[Decision]) -> None:
+    """Stop ``victim`` for ``lane``: requeue when its lane allows it, else abort."""
+    victim_lane = model.lanes[victim.ticket.lane].spec
+    requeue = (
+        victim_lane.preempt_action == "requeue"
+        and not victim.ticket.streaming
+        and victim.requeues < victim_lane.max_requeues
+    )
+    victim.state = State.PREEMPTING
+    victim.preempt_requeue = requeue
+    victim.preempted_for = lane.spec.name
+    lane.pending_preempts += 1
+    action = PreemptAction.REQUEUE if requeue else PreemptAction.ABORT
+    out.append(Preempt(victim.ticket, victim.backend, action))

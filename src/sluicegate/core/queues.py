@@ -1,8 +1,9 @@
 """Lane queues: binary heaps with lazy deletion, O(log n) per operation.
 
-``HeapQueue`` orders one flow by a time-invariant key. ``FairQueue`` is two
-tiers: a fairness tier that picks the tenant with the smallest weighted
-virtual token counter (VTC), and a ``HeapQueue`` per tenant that orders within it.
+``HeapQueue`` orders one flow by a time-invariant key (fairness ``none``).
+``FairQueue`` (fairness ``vtc``) is two tiers: a fairness tier that picks the
+tenant with the smallest weighted virtual token counter (VTC), and a
+``HeapQueue`` per tenant ordered by the lane's ordering key.
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ class LaneQueue(Protocol):
     Contract: ``peek``/``pop`` return the entry the policy would serve next;
     ``remove`` takes any queued entry out in O(log n) amortised; ``len`` counts
     live entries only. ``on_admit`` and ``on_finish`` let fairness policies
-    account for service; other policies ignore them.
+    account for service, and ``counter`` reports that account; queues without
+    fairness ignore the first two and report ``None``.
+
+    A Protocol rather than a base class: the two queues share no code, and the
+    scheduler needs only these methods.
     """
 
     def push(self, entry: Entry) -> None:
@@ -51,6 +56,10 @@ class LaneQueue(Protocol):
 
     def on_finish(self, entry: Entry, prompt_tokens: int, completion_tokens: int) -> None:
         """``entry`` left its slot having been served these tokens (0, 0 if it never ran)."""
+        ...
+
+    def counter(self, tenant: str) -> float | None:
+        """The tenant's fair-share counter, or ``None`` when the queue keeps none."""
         ...
 
     def __len__(self) -> int: ...
@@ -124,6 +133,10 @@ class HeapQueue:
     def on_finish(self, entry: Entry, prompt_tokens: int, completion_tokens: int) -> None:
         """No accounting for a single flow."""
 
+    def counter(self, tenant: str) -> float | None:
+        """``None``: a single flow keeps no fair-share counters."""
+        return None
+
     def __len__(self) -> int:
         return self._live
 
@@ -161,7 +174,7 @@ class FairQueue:
         self._live = 0
 
     def counter(self, tenant: str) -> float:
-        """The tenant's weighted virtual token counter."""
+        """The tenant's weighted virtual token counter (0 for a tenant never seen)."""
         return self._counters.get(tenant, 0.0)
 
     def _min_backlogged(self) -> str | None:

@@ -1,43 +1,46 @@
-"""Name → implementation registries for pluggable policies, routers and limits."""
+"""Name → factory registries: how a config's plugin names become objects.
+
+Every pluggable part (queue orderings and fairness, routers, adaptive limits)
+has one ``Registry``, built in its package's ``__init__.py`` from an explicit
+table of ``name: factory``. Nothing registers itself as a side effect of being
+imported, so the table is the whole list, and ``core/spec.py`` validates the
+names a config gives against ``names()`` when the config is parsed.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping
 from typing import Generic, TypeVar
 
-T = TypeVar("T")
+F = TypeVar("F")
 
 
-class Registry(Generic[T]):
-    """A named set of implementations; registering a name twice is an error at import."""
+class Registry(Generic[F]):
+    """The factories of one kind of plugin, keyed by the name a config uses.
 
-    def __init__(self, kind: str) -> None:
-        self._kind = kind
-        self._items: dict[str, T] = {}
+    Args:
+        kind: What the plugins are, for messages ("router", "ordering", …).
+        factories: ``name → factory``; a factory is usually the plugin's class.
+    """
 
-    def register(self, name: str) -> Callable[[T], T]:
-        """Class decorator that registers the implementation under ``name``."""
+    def __init__(self, kind: str, factories: Mapping[str, F]) -> None:
+        self.kind = kind
+        self._factories = dict(factories)
 
-        def decorate(item: T) -> T:
-            if name in self._items:
-                raise ValueError(f"duplicate {self._kind} name {name!r}")
-            self._items[name] = item
-            return item
-
-        return decorate
-
-    def get(self, name: str) -> T:
-        """The implementation called ``name``; ``KeyError`` naming the choices if unknown."""
+    def get(self, name: str) -> F:
+        """The factory called ``name``; ``KeyError`` naming the choices if unknown."""
         try:
-            return self._items[name]
+            return self._factories[name]
         except KeyError:
-            raise KeyError(
-                f"unknown {self._kind} {name!r}; choose one of {sorted(self._items)}"
-            ) from None
+            raise KeyError(self.unknown(name)) from None
 
     def names(self) -> frozenset[str]:
-        """All registered names."""
-        return frozenset(self._items)
+        """Every registered name."""
+        return frozenset(self._factories)
+
+    def unknown(self, name: str) -> str:
+        """The message for a name that is not registered: it lists the choices."""
+        return f"unknown {self.kind} {name!r}; choose one of {sorted(self._factories)}"
 
     def __iter__(self) -> Iterator[str]:
-        return iter(sorted(self._items))
+        return iter(sorted(self._factories))

@@ -30,7 +30,8 @@ class LaneRuntime:
     def __init__(self, spec: LaneSpec, weights: Mapping[str, float]) -> None:
         self.spec = spec
         self.cap = spec.max_concurrency
-        self.queue = make_queue(spec, weights)
+        ordering, fairness = spec.queue_policy
+        self.queue = make_queue(ordering, fairness, aging=spec.aging, weights=weights)
         self.own = 0
         self.borrowed = 0
         self.pending_preempts = 0
@@ -126,3 +127,70 @@ class ModelRuntime:
     def backend(self, name: str) -> BackendState:
         """The backend called ``name``; ``KeyError`` if there is none."""
         return self.backend_by_name[name]
+
+    def lane_has_room(self, lane: LaneRuntime) -> bool:
+        """Whether a ticket of ``lane`` could take a slot now (own quota or borrowed)."""
+        if self.running >= self.cap():
+            return False
+        return lane.own < lane.cap or (lane.spec.borrow and self.lendable() > 0)
+
+    def drain_estimate_s(self, lane: LaneRuntime) -> float:
+        """Time for ``lane``'s queue (plus one) to drain at the lane's observed service rate."""
+        slots = min(lane.cap, self.cap())
+        if self.backend_slots is not None:
+            slots = min(slots, self.backend_slots)
+        slots = max(1, slots)
+        return (len(lane.queue) + 1) * self.predictor.mean_service_s(lane.spec.name) / slots
+
+    def occupy(
+        self, lane: LaneRuntime, entry: Entry, backend: BackendState, borrowing: bool, now: float
+    ) -> None:
+        """Count ``entry`` (just popped from ``lane``) as running on ``backend``.
+
+        It takes an own slot of its lane, or a borrowed one when ``borrowing``;
+        its tokens join the budget and its predicted work the backend's.
+        """
+        lane.queue.on_admit(entry)
+        entry.admitted_at = now
+        entry.backend = backend.spec.name
+        entry.borrowed = borrowing
+        if borrowing:
+            lane.borrowed += 1
+            self.borrowed_running += 1
+        else:
+            lane.own += 1
+        ticket = entry.ticket
+        self.running += 1
+        self.inflight_tokens += entry.cost_tokens
+        self.running_entries[ticket.id] = entry
+        self.running_by_priority[ticket.priority] += 1
+        backend.inflight += 1
+        backend.predicted_work_s += entry.service_s
+        backend.circuit.on_dispatch(now)
+
+    def release(self, entry: Entry, completion_tokens: int, *, served: bool = True) -> None:
+        """Undo ``occupy``: give back the slot, tokens and backend share ``entry`` holds.
+
+        The lane's queue is told what the ticket was served (for fair share):
+        its prompt and ``completion_tokens``, or nothing when not ``served``.
+        """
+        lane = self.lanes[entry.ticket.lane]
+        if entry.borrowed:
+            lane.borrowed -= 1
+            self.borrowed_running -= 1
+        else:
+            lane.own -= 1
+        self.running -= 1
+        self.inflight_tokens -= entry.cost_tokens
+        del self.running_entries[entry.ticket.id]
+        self.running_by_priority[entry.ticket.priority] -= 1
+        backend = self.backend(entry.backend)
+        backend.inflight -= 1
+        backend.predicted_work_s -= entry.service_s
+        if backend.inflight == 0:
+            backend.predicted_work_s = 0.0
+        if entry.preempted_for is not None:
+            self.lanes[entry.preempted_for].pending_preempts -= 1
+            entry.preempted_for = None
+        prompt_tokens = entry.ticket.prompt_tokens if served else 0
+        lane.queue.on_finish(entry, prompt_tokens, completion_tokens)

@@ -13,29 +13,24 @@ events, each with a timestamp, and executes the decisions it returns::
 
 Nothing here reads a clock, sleeps or does I/O, so the same code runs in the
 gateway and the simulator.
+
+This module is the entry point: each event updates the ticket's bookkeeping,
+then runs one *dispatch* for the model concerned — ``admission.admit_waiting``
+grants free capacity to waiting tickets, then ``preemption.preempt_for_blocked``
+stops running tickets for urgent ones. The live counts they share (slots,
+budgets, backends) and their accounting live in ``runtime``.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
 
-from sluicegate.core.backend import BackendState
-from sluicegate.core.decisions import (
-    Admit,
-    Decision,
-    ErrorCode,
-    Expire,
-    Preempt,
-    PreemptAction,
-    Queued,
-    Reject,
-    Reserve,
-)
+from sluicegate.core.admission import admit_waiting
+from sluicegate.core.decisions import Admit, Decision, ErrorCode, Expire, Queued, Reject
 from sluicegate.core.entry import Entry, State
 from sluicegate.core.errors import UnknownModelError
-from sluicegate.core.limits.feedback import feed_limit
-from sluicegate.core.preemption import choose_victim, is_preemptible, required_fraction
+from sluicegate.core.limits.feedback import report_outcome
+from sluicegate.core.preemption import preempt_for_blocked
 from sluicegate.core.ratelimit import TenantRateLimiter
 from sluicegate.core.retry import retry_wait_s
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
@@ -83,14 +78,14 @@ class Scheduler:
         entry = self._new_entry(model, lane, ticket, now)
         queue = lane.queue
         if len(queue) >= lane.spec.max_queue and not (
-            len(queue) == 0 and self._lane_has_room(model, lane)
+            len(queue) == 0 and model.lane_has_room(lane)
         ):
             self._rate.refund(ticket.tenant, entry.charged_tokens, now)
-            wait = self._drain_estimate_s(model, lane)
+            wait = model.drain_estimate_s(lane)
             return [self._reject(ticket, 429, ErrorCode.QUEUE_FULL, wait, "queue is full")]
         if lane.spec.shed_hopeless and self._hopeless(model, lane, entry, now):
             self._rate.refund(ticket.tenant, entry.charged_tokens, now)
-            wait = self._drain_estimate_s(model, lane)
+            wait = model.drain_estimate_s(lane)
             return [self._reject(ticket, 503, ErrorCode.OVERLOADED, wait, "deadline cannot be met")]
         self._entries[ticket.id] = entry
         head_before = queue.peek()
@@ -117,7 +112,7 @@ class Scheduler:
         if entry.state is State.QUEUED or entry.state is State.RESERVING:
             raise ValueError(f"ticket {ticket_id!r} is {entry.state.value}, not running")
         model = self._models[entry.ticket.model]
-        self._release(model, entry, usage.completion_tokens, now)
+        model.release(entry, usage.completion_tokens)
         backend = model.backend(entry.backend)
         if usage.ok:
             backend.circuit.on_success()
@@ -149,7 +144,7 @@ class Scheduler:
             lane.queue.remove(entry)
             self._end(entry, 0, now)
         else:
-            self._release(model, entry, entry.generated_tokens, now)
+            model.release(entry, entry.generated_tokens)
             self._end(entry, entry.ticket.prompt_tokens + entry.generated_tokens, now)
         out: list[Decision] = []
         self._dispatch(model, now, out)
@@ -174,7 +169,7 @@ class Scheduler:
             lane = model.lanes[entry.ticket.lane]
             lane.queue.remove(entry)
             self._end(entry, 0, now)
-            out.append(Expire(entry.ticket, self._retry_after(self._drain_estimate_s(model, lane))))
+            out.append(Expire(entry.ticket, retry_wait_s(model.drain_estimate_s(lane))))
             touched.add(model.spec.name)
         for name, model in self._models.items():
             if name in touched or (model.wakeup is not None and model.wakeup <= now):
@@ -218,7 +213,7 @@ class Scheduler:
             return []
         model = self._models[entry.ticket.model]
         lane = model.lanes[entry.ticket.lane]
-        self._release(model, entry, 0, now, served=False)
+        model.release(entry, 0, served=False)
         self._enqueue(lane, entry, now)
         lane.blocked_until = now + max(retry_after_s, 0.0)
         out: list[Decision] = []
@@ -271,10 +266,8 @@ class Scheduler:
         return None if entry is None else entry.state
 
     def counter(self, model: str, lane: str, tenant: str) -> float | None:
-        """The tenant's fair-share counter in a ``fair`` lane, else ``None``."""
-        queue = self._model(model).lanes[lane].queue
-        read = getattr(queue, "counter", None)
-        return None if read is None else float(read(tenant))
+        """The tenant's fair-share counter in a lane with ``vtc`` fairness, else ``None``."""
+        return self._model(model).lanes[lane].queue.counter(tenant)
 
     # ------------------------------------------------------------------ internals
 
@@ -332,36 +325,17 @@ class Scheduler:
         lane.queue.push(entry)
         heapq.heappush(self._expiry, (entry.expire_at, entry.seq, entry.queue_gen, entry))
 
-    @staticmethod
-    def _lane_has_room(model: ModelRuntime, lane: LaneRuntime) -> bool:
-        """Whether a ticket of ``lane`` could take a slot now (own quota or borrowed)."""
-        if model.running >= model.cap():
-            return False
-        return lane.own < lane.cap or (lane.spec.borrow and model.lendable() > 0)
-
     def _hopeless(self, model: ModelRuntime, lane: LaneRuntime, entry: Entry, now: float) -> bool:
-        if len(lane.queue) == 0 and self._lane_has_room(model, lane):
+        if len(lane.queue) == 0 and model.lane_has_room(lane):
             wait = 0.0
         else:
-            wait = self._drain_estimate_s(model, lane)
+            wait = model.drain_estimate_s(lane)
         return now + wait + entry.service_s > entry.deadline
-
-    def _drain_estimate_s(self, model: ModelRuntime, lane: LaneRuntime) -> float:
-        """Time for the queue ahead to drain at the lane's service rate."""
-        slots = min(lane.cap, model.cap())
-        if model.backend_slots is not None:
-            slots = min(slots, model.backend_slots)
-        slots = max(1, slots)
-        return (len(lane.queue) + 1) * model.predictor.mean_service_s(lane.spec.name) / slots
-
-    @staticmethod
-    def _retry_after(seconds: float) -> float:
-        return retry_wait_s(seconds)
 
     def _reject(
         self, ticket: Ticket, status: int, code: ErrorCode, wait_s: float, message: str
     ) -> Reject:
-        return Reject(ticket, status, code, self._retry_after(wait_s), message)
+        return Reject(ticket, status, code, retry_wait_s(wait_s), message)
 
     def _end(self, entry: Entry, used_tokens: int, now: float) -> None:
         del self._entries[entry.ticket.id]
@@ -382,246 +356,15 @@ class Scheduler:
                 duration_s=now - entry.admitted_at,
             )
         if model.limit is not None:
-            feed_limit(
+            report_outcome(
                 model.limit, usage, elapsed_s=now - entry.admitted_at, inflight=model.running + 1
             )
-
-    def _release(
-        self,
-        model: ModelRuntime,
-        entry: Entry,
-        completion_tokens: int,
-        now: float,
-        *,
-        served: bool = True,
-    ) -> None:
-        """Give back the slot, tokens and backend share ``entry`` holds."""
-        lane = model.lanes[entry.ticket.lane]
-        if entry.borrowed:
-            lane.borrowed -= 1
-            model.borrowed_running -= 1
-        else:
-            lane.own -= 1
-        model.running -= 1
-        model.inflight_tokens -= entry.cost_tokens
-        del model.running_entries[entry.ticket.id]
-        model.running_by_priority[entry.ticket.priority] -= 1
-        backend = model.backend(entry.backend)
-        backend.inflight -= 1
-        backend.predicted_work_s -= entry.service_s
-        if backend.inflight == 0:
-            backend.predicted_work_s = 0.0
-        if entry.preempted_for is not None:
-            model.lanes[entry.preempted_for].pending_preempts -= 1
-            entry.preempted_for = None
-        prompt_tokens = entry.ticket.prompt_tokens if served else 0
-        lane.queue.on_finish(entry, prompt_tokens, completion_tokens)
 
     # ------------------------------------------------------------------ dispatch
 
     def _dispatch(self, model: ModelRuntime, now: float, out: list[Decision]) -> None:
-        """Grant free capacity to waiting tickets, then preempt for urgent ones."""
+        """Grant free capacity to waiting tickets (``admission``), then preempt for urgent
+        ones (``preemption``)."""
         if model.running < model.cap():
-            self._admit_all(model, now, out)
-        self._preempt_for_blocked(model, now, out)
-
-    def _admit_all(self, model: ModelRuntime, now: float, out: list[Decision]) -> None:
-        """Own quotas first, in lane order (lanes owed a preempted slot first), then borrowing."""
-        lanes = model.lane_order
-        if any(lane.pending_preempts for lane in lanes):
-            lanes = sorted(lanes, key=lambda lane: lane.pending_preempts == 0)
-        cap = model.cap()
-        for borrowing in (False, True):
-            for lane in lanes:
-                if model.running >= cap:
-                    return
-                if not self._admit_lane(model, lane, borrowing, cap, now, out):
-                    return
-
-    def _admit_lane(
-        self,
-        model: ModelRuntime,
-        lane: LaneRuntime,
-        borrowing: bool,
-        cap: int,
-        now: float,
-        out: list[Decision],
-    ) -> bool:
-        """Admit from ``lane`` while it has room; ``False`` if no backend could take one."""
-        queue = lane.queue
-        if lane.blocked_until > now or (borrowing and not lane.spec.borrow):
-            return True
-        while len(queue) and model.running < cap:
-            if borrowing:
-                if model.lendable() <= 0:
-                    return True
-            elif lane.own >= lane.cap:
-                return True
-            head = queue.peek()
-            if head is None or not model.tokens_fit(head):
-                return True
-            backend = model.router.choose(head.ticket, head.service_s, model.backends, now)
-            if backend is None:
-                return False
-            queue.pop()
-            self._start(model, lane, head, backend, borrowing, now, out)
-        return True
-
-    def _start(
-        self,
-        model: ModelRuntime,
-        lane: LaneRuntime,
-        entry: Entry,
-        backend: BackendState,
-        borrowing: bool,
-        now: float,
-        out: list[Decision],
-    ) -> None:
-        """Give ``entry`` a slot on ``backend`` and tell the driver."""
-        lane.queue.on_admit(entry)
-        entry.admitted_at = now
-        entry.backend = backend.spec.name
-        entry.borrowed = borrowing
-        if borrowing:
-            lane.borrowed += 1
-            model.borrowed_running += 1
-        else:
-            lane.own += 1
-        ticket = entry.ticket
-        model.running += 1
-        model.inflight_tokens += entry.cost_tokens
-        model.running_entries[ticket.id] = entry
-        model.running_by_priority[ticket.priority] += 1
-        backend.inflight += 1
-        backend.predicted_work_s += entry.service_s
-        backend.circuit.on_dispatch(now)
-        if self._global_slots:
-            entry.state = State.RESERVING
-            out.append(Reserve(ticket, backend.spec.name))
-        else:
-            entry.state = State.RUNNING
-            out.append(Admit(ticket, backend.spec.name, now - ticket.arrival))
-
-    def _preempt_for_blocked(self, model: ModelRuntime, now: float, out: list[Decision]) -> None:
-        """Preempt a running ticket for each lane whose waiting head is urgent or reclaiming.
-
-        Also sets ``model.wakeup``: the next moment a blocked head becomes
-        urgent, a victim becomes preemptible, a paused lane resumes, or an
-        open circuit lets a probe through.
-        """
-        wakeups: list[float] = []
-        waiting = False
-        for lane in model.lane_order:
-            head = lane.queue.peek()
-            if head is None:
-                continue
-            waiting = True
-            if lane.blocked_until > now:
-                wakeups.append(lane.blocked_until)
-                continue
-            if lane.pending_preempts or not model.running_entries:
-                continue
-            if model.borrowed_running == 0 and not model.runs_less_important_than(
-                head.ticket.priority
-            ):
-                continue
-            lane_full = lane.own >= lane.cap and not (lane.spec.borrow and model.lendable() > 0)
-            reclaim = not lane_full and model.borrowed_running > 0
-            if not reclaim and not model.runs_less_important_than(head.ticket.priority):
-                continue
-            urgent_at = head.deadline - head.service_s - model.spec.preempt_slack_s
-            after_ms = lane.spec.preempt_after_ms
-            if after_ms is not None:
-                urgent_at = min(urgent_at, head.enqueued_at + after_ms / 1000.0)
-            urgent = now >= urgent_at
-            if not urgent:
-                wakeups.append(urgent_at)
-                if not reclaim:
-                    continue
-            candidates = [
-                victim
-                for victim in self._victims(model, lane, head, urgent=urgent, reclaim=reclaim)
-                if self._would_unblock(model, lane, head, victim, lane_full=lane_full, now=now)
-            ]
-            ready = [
-                v for v in candidates if is_preemptible(v, model.lanes[v.ticket.lane].spec, now)
-            ]
-            victim = choose_victim(ready, now)
-            if victim is None:
-                wakeups.extend(self._eligible_at(model, candidates, now))
-                continue
-            self._preempt(model, lane, victim, out)
-        if waiting and not model.any_healthy(now):
-            wakeups.extend(t for b in model.backends if (t := b.circuit.reopen_at()) is not None)
-        model.wakeup = min(wakeups) if wakeups else None
-
-    def _victims(
-        self, model: ModelRuntime, lane: LaneRuntime, head: Entry, *, urgent: bool, reclaim: bool
-    ) -> Iterable[Entry]:
-        name = lane.spec.name
-        priority = head.ticket.priority
-        for victim in model.running_entries.values():
-            if victim.state is not State.RUNNING:
-                continue
-            if (reclaim and victim.borrowed and victim.ticket.lane != name) or (
-                urgent and victim.ticket.priority > priority
-            ):
-                yield victim
-
-    @staticmethod
-    def _would_unblock(
-        model: ModelRuntime,
-        lane: LaneRuntime,
-        head: Entry,
-        victim: Entry,
-        *,
-        lane_full: bool,
-        now: float,
-    ) -> bool:
-        """Whether stopping ``victim`` frees what ``head`` waits for.
-
-        A victim admitted at this very instant is never chosen: admitting and
-        preempting in one step would only churn.
-        """
-        if victim.admitted_at >= now:
-            return False
-        if lane_full:
-            return victim.ticket.lane == lane.spec.name and not victim.borrowed
-        if model.tokens_fit(head):
-            return True
-        budget = model.spec.max_inflight_tokens or 0
-        return model.inflight_tokens - victim.cost_tokens + head.cost_tokens <= budget
-
-    @staticmethod
-    def _eligible_at(model: ModelRuntime, candidates: list[Entry], now: float) -> list[float]:
-        """When fraction-gated candidates will have generated enough to be preemptible."""
-        times = []
-        for victim in candidates:
-            fraction = required_fraction(
-                model.lanes[victim.ticket.lane].spec, victim.ticket.priority
-            )
-            if fraction is None:
-                continue
-            at = (
-                victim.admitted_at
-                + victim.prefill_s
-                + fraction * victim.ticket.max_tokens * victim.decode_s_per_token
-            )
-            times.append(max(at, now + 0.01))
-        return times
-
-    def _preempt(
-        self, model: ModelRuntime, lane: LaneRuntime, victim: Entry, out: list[Decision]
-    ) -> None:
-        victim_lane = model.lanes[victim.ticket.lane].spec
-        requeue = (
-            victim_lane.preempt_action == "requeue"
-            and not victim.ticket.streaming
-            and victim.requeues < victim_lane.max_requeues
-        )
-        victim.state = State.PREEMPTING
-        victim.preempt_requeue = requeue
-        victim.preempted_for = lane.spec.name
-        lane.pending_preempts += 1
-        action = PreemptAction.REQUEUE if requeue else PreemptAction.ABORT
-        out.append(Preempt(victim.ticket, victim.backend, action))
+            admit_waiting(model, now, out, reserve=self._global_slots)
+        preempt_for_blocked(model, now, out)

@@ -3,22 +3,40 @@
 These are the scheduler's inputs. ``sluicegate.config`` reads them from YAML
 (adding what only the gateway needs, such as API keys); the simulator builds
 them directly. Validation happens at construction and names the bad field.
+
+Plugin names (a lane's ``policy`` and ``fairness``, a model's ``router`` and
+``adaptive.mode``) are checked against the registries, which this module
+imports; the specs the plugins themselves are built from (``BackendSpec``,
+``AdaptiveSpec``) live below the registries in ``component_specs`` and are
+re-exported here.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from sluicegate.core.component_specs import AdaptiveSpec, BackendSpec, FrozenSpec
+from sluicegate.core.limits import LIMITS
+from sluicegate.core.policies import FAIRNESS, resolve_policy
+from sluicegate.core.routing import ROUTERS
 from sluicegate.core.ticket import MAX_PRIORITY, MIN_PRIORITY
 
+__all__ = [
+    "AdaptiveSpec",
+    "AfterFraction",
+    "BackendSpec",
+    "LaneSpec",
+    "ModelSpec",
+    "Preemptibility",
+    "SchedulerSpec",
+    "TenantSpec",
+    "default_lanes",
+]
 
-class _Spec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
-
-class AfterFraction(_Spec):
+class AfterFraction(FrozenSpec):
     """Preemptible only once this fraction of ``max_tokens`` has been generated."""
 
     after_fraction: float = Field(0.8, ge=0.0, le=1.0)
@@ -27,8 +45,13 @@ class AfterFraction(_Spec):
 Preemptibility = Literal["priority", "never", "always"] | AfterFraction
 
 
-class LaneSpec(_Spec):
-    """One traffic class of a model: its own queue, cap, timeout, SLO and policy."""
+class LaneSpec(FrozenSpec):
+    """One traffic class of a model: its own queue, cap, timeout, SLO and policy.
+
+    The queue serves tenants by ``fairness`` and orders each tenant's tickets
+    by ``policy`` (``queue_policy`` resolves the pair; ``policy: fair`` means
+    ``vtc`` fairness with ``slack`` ordering).
+    """
 
     name: str = Field(min_length=1)
     max_concurrency: int = Field(16, ge=1, le=100_000)
@@ -36,6 +59,9 @@ class LaneSpec(_Spec):
     queue_timeout_s: float = Field(60.0, gt=0.0)
     slo_ms: float = Field(30_000.0, gt=0.0)
     policy: str = "slack"
+    fairness: str | None = Field(
+        None, description="which tenant next: none or vtc; unset: vtc for policy fair, else none"
+    )
     preemptible: Preemptibility = "priority"
     preempt_action: Literal["abort", "requeue"] = "abort"
     max_requeues: int = Field(1, ge=0, le=100)
@@ -50,55 +76,25 @@ class LaneSpec(_Spec):
     @field_validator("policy")
     @classmethod
     def _known_policy(cls, value: str) -> str:
-        from sluicegate.core.policies import policy_names
-
-        if value not in policy_names():
-            raise ValueError(f"unknown policy {value!r}; choose one of {sorted(policy_names())}")
+        resolve_policy(value, None)
         return value
 
-
-class BackendSpec(_Spec):
-    """One engine replica serving a model."""
-
-    name: str = Field(min_length=1)
-    url: str | None = None
-    weight: float = Field(1.0, gt=0.0, le=1000.0)
-    max_concurrency: int | None = Field(None, ge=1)
-    engine: Literal["vllm", "sglang", "llamacpp", "tgi", "trtllm", "emulator"] = "vllm"
-
-
-class AdaptiveSpec(_Spec):
-    """Adaptive concurrency limit for a model (DESIGN §5).
-
-    ``kv_cache``: multiply by ``decrease`` above ``high_water`` KV usage, add
-    ``increase`` below ``low_water``. ``latency``: Gradient2 on latency samples
-    (time to first token, or a unary answer's time per output token), and
-    ``1 - smoothing / 2`` per drop. ``aimd``: multiply by ``decrease`` (at least
-    one less) per drop or first token slower than ``timeout_s``, add
-    ``increase`` per other answer while at least half the limit is in use.
-    What counts as a drop or a sample: ``sluicegate.core.limits.feedback``.
-    """
-
-    mode: Literal["kv_cache", "latency", "aimd"] = "kv_cache"
-    floor: int = Field(1, ge=1)
-    high_water: float = Field(0.88, gt=0.0, le=1.0)
-    low_water: float = Field(0.70, ge=0.0, lt=1.0)
-    decrease: float = Field(0.9, gt=0.0, lt=1.0)
-    increase: int = Field(1, ge=1)
-    tolerance: float = Field(1.5, ge=1.0, description="latency: allowed long/short ratio")
-    smoothing: float = Field(0.2, gt=0.0, le=1.0)
-    long_window: int = Field(600, ge=1)
-    timeout_s: float = Field(
-        5.0, gt=0.0, description="aimd: a time to first token slower than this is a drop"
-    )
+    @field_validator("fairness")
+    @classmethod
+    def _known_fairness(cls, value: str | None) -> str | None:
+        if value is not None and value not in FAIRNESS.names():
+            raise ValueError(FAIRNESS.unknown(value))
+        return value
 
     @model_validator(mode="after")
-    def _watermarks_ordered(self) -> AdaptiveSpec:
-        if self.low_water >= self.high_water:
-            raise ValueError(
-                f"low_water ({self.low_water}) must be below high_water ({self.high_water})"
-            )
+    def _policy_and_fairness_agree(self) -> LaneSpec:
+        resolve_policy(self.policy, self.fairness)
         return self
+
+    @property
+    def queue_policy(self) -> tuple[str, str]:
+        """The (ordering, fairness) names this lane's queue is built from."""
+        return resolve_policy(self.policy, self.fairness)
 
 
 def default_lanes() -> tuple[LaneSpec, ...]:
@@ -134,7 +130,7 @@ def default_lanes() -> tuple[LaneSpec, ...]:
     )
 
 
-class ModelSpec(_Spec):
+class ModelSpec(FrozenSpec):
     """A model clients name in ``"model"``: its lanes, backends and model-wide limits."""
 
     name: str = Field(min_length=1)
@@ -174,10 +170,15 @@ class ModelSpec(_Spec):
     @field_validator("router")
     @classmethod
     def _known_router(cls, value: str) -> str:
-        from sluicegate.core.routing import router_names
+        if value not in ROUTERS.names():
+            raise ValueError(ROUTERS.unknown(value))
+        return value
 
-        if value not in router_names():
-            raise ValueError(f"unknown router {value!r}; choose one of {sorted(router_names())}")
+    @field_validator("adaptive")
+    @classmethod
+    def _known_limit_mode(cls, value: AdaptiveSpec | None) -> AdaptiveSpec | None:
+        if value is not None and value.mode not in LIMITS.names():
+            raise ValueError(f"adaptive.mode: {LIMITS.unknown(value.mode)}")
         return value
 
     def lane(self, name: str) -> LaneSpec:
@@ -188,7 +189,7 @@ class ModelSpec(_Spec):
         raise KeyError(name)
 
 
-class TenantSpec(_Spec):
+class TenantSpec(FrozenSpec):
     """Who pays: fair-share weight, rate limits, lanes and priorities allowed."""
 
     name: str = Field(min_length=1)
@@ -208,7 +209,7 @@ class TenantSpec(_Spec):
     )
 
 
-class SchedulerSpec(_Spec):
+class SchedulerSpec(FrozenSpec):
     """Everything the scheduler needs: models and tenants."""
 
     models: tuple[ModelSpec, ...]

@@ -1,22 +1,24 @@
-"""Adaptive concurrency limits: the ``Limit`` seam, its registry and a factory.
+"""Adaptive concurrency limits (DESIGN §5): ``LIMITS`` lists every mode by name.
 
-Each mode is one small class in its own module, registered by name in
-``LIMITS``; importing this package imports them all so the registry is full.
+Each mode is one small ``Limit`` subclass in its own module, holding only its
+rule; the bounds, the clamp and the outcome listener live in ``base.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import cast
-
-from sluicegate.core.limits import aimd, gradient, kv_cache
-from sluicegate.core.limits.base import LIMITS, Limit, SampleKind
-from sluicegate.core.spec import AdaptiveSpec
+from sluicegate.core.component_specs import AdaptiveSpec
+from sluicegate.core.limits.aimd import AimdLimit
+from sluicegate.core.limits.base import Limit, SampleKind
+from sluicegate.core.limits.gradient import GradientLimit
+from sluicegate.core.limits.kv_cache import KvCacheLimit
+from sluicegate.core.registry import Registry
 
 __all__ = ["LIMITS", "Limit", "SampleKind", "limit_names", "make_limit"]
 
-# Importing the modules registers them; keep the names referenced for linters.
-_IMPLEMENTATIONS = (aimd, gradient, kv_cache)
+LIMITS: Registry[type[Limit]] = Registry(
+    "adaptive limit mode",
+    {limit.name: limit for limit in (KvCacheLimit, GradientLimit, AimdLimit)},
+)
 
 
 def limit_names() -> frozenset[str]:
@@ -38,11 +40,4 @@ def make_limit(spec: AdaptiveSpec, cap: int) -> Limit:
         ValueError: If ``cap`` is below ``spec.floor``.
         KeyError: If no limit is registered under ``spec.mode``.
     """
-    if cap < spec.floor:
-        raise ValueError(
-            f"adaptive limit cap must be >= floor ({spec.floor}), got {cap}; "
-            "raise max_concurrency or lower adaptive.floor"
-        )
-    # The protocol cannot declare a constructor, so state the one every mode shares.
-    factory = cast(Callable[[AdaptiveSpec, int], Limit], LIMITS.get(spec.mode))
-    return factory(spec, cap)
+    return LIMITS.get(spec.mode)(spec, cap)

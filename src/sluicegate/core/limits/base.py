@@ -1,11 +1,19 @@
-"""The adaptive-limit seam: an effective concurrency limit moved by feedback."""
+"""The adaptive-limit seam: a concurrency limit in ``[floor, cap]`` moved by feedback.
+
+The scheduler reports each finished request to its model's limit the way
+Netflix's concurrency-limits reports to a ``Limiter.Listener``: exactly one of
+``on_success`` (with a latency sample), ``on_dropped`` or ``on_ignore``
+(``core/limits/feedback.py`` decides which). KV-cache readings from the
+engines arrive separately through ``on_kv_usage``.
+"""
 
 from __future__ import annotations
 
 import enum
-from typing import ClassVar, Protocol
+import math
+from typing import ClassVar
 
-from sluicegate.core.registry import Registry
+from sluicegate.core.component_specs import AdaptiveSpec
 
 
 class SampleKind(enum.Enum):
@@ -24,39 +32,84 @@ class SampleKind(enum.Enum):
     PER_OUTPUT_TOKEN = "per_output_token"
 
 
-class Limit(Protocol):
-    """A concurrency limit that never reads a clock: callers pass every sample.
+def multiplicative_decrease(value: int, factor: float) -> int:
+    """``floor(value · factor)``, but always at least one less than ``value``.
 
-    Contract: ``value`` stays within ``[spec.floor, cap]``; samples a mode
-    does not use are ignored.
+    The epsilon keeps 0.29 · 100 at 29 rather than 28.999… → 28.
     """
+    return min(value - 1, math.floor(value * factor + 1e-9))
+
+
+class Limit:
+    """A concurrency limit that never reads a clock: callers report every outcome.
+
+    The base holds what every mode shares — the settings, the bounds and the
+    current estimate — and keeps the estimate in ``[spec.floor, cap]``: a mode
+    moves it only through ``update``, which clamps. A mode overrides the
+    events it reacts to; the others are ignored.
+
+    A base class rather than a Protocol because of that shared state and
+    clamp: each mode then holds only its rule.
+
+    Args:
+        spec: The model's adaptive-limit settings.
+        cap: The configured concurrency ceiling; the limit starts there.
+
+    Raises:
+        ValueError: ``cap`` is below ``spec.floor``.
+    """
+
+    __slots__ = ("_cap", "_estimate", "_floor", "spec")
 
     name: ClassVar[str]
 
+    def __init__(self, spec: AdaptiveSpec, cap: int) -> None:
+        if cap < spec.floor:
+            raise ValueError(
+                f"adaptive limit cap must be >= floor ({spec.floor}), got {cap}; "
+                "raise max_concurrency or lower adaptive.floor"
+            )
+        self.spec = spec
+        self._floor = float(spec.floor)
+        self._cap = float(cap)
+        self._estimate = float(cap)
+
     @property
     def value(self) -> int:
-        """The current effective limit."""
-        ...
+        """The current effective limit: an integer in ``[spec.floor, cap]``."""
+        return int(self._estimate)
 
-    def on_sample(
-        self,
-        *,
-        rtt_s: float,
-        inflight: int,
-        dropped: bool,
-        kind: SampleKind = SampleKind.FIRST_TOKEN,
-    ) -> None:
-        """One finished request, taken with ``inflight`` running (itself included).
+    @property
+    def estimate(self) -> float:
+        """The limit before rounding down (modes that move in fractions keep them here)."""
+        return self._estimate
 
-        ``dropped`` means the engine failed, timed out or refused the request
-        for load; ``rtt_s`` and ``kind`` then carry no meaning. Otherwise
-        ``rtt_s`` is a latency sample of ``kind``.
+    def update(self, estimate: float) -> None:
+        """Set the limit to ``estimate``, clamped into ``[spec.floor, cap]``."""
+        self._estimate = min(self._cap, max(self._floor, estimate))
+
+    def on_success(self, rtt_s: float, *, inflight: int, kind: SampleKind) -> None:
+        """The engine answered: ``rtt_s`` is a latency sample of ``kind``.
+
+        ``inflight`` counts the model's running requests when it ended, itself
+        included. Ignored unless the mode overrides it.
         """
-        ...
+
+    def on_dropped(self, *, inflight: int) -> None:
+        """The engine failed, timed out or refused the request for load.
+
+        Ignored unless the mode overrides it.
+        """
+
+    def on_ignore(self) -> None:
+        """The request ended in a way that says nothing about the engine's load.
+
+        (A client's own 4xx, a disconnect.) No mode learns from it; it is
+        reported so every finished request has exactly one outcome.
+        """
 
     def on_kv_usage(self, usage: float, *, inflight: int) -> None:
-        """One KV-cache usage reading in [0, 1] from the model's engines."""
-        ...
+        """One KV-cache usage reading in [0, 1] from the model's engines.
 
-
-LIMITS: Registry[type[Limit]] = Registry("adaptive limit mode")
+        Ignored unless the mode overrides it.
+        """

@@ -2,9 +2,10 @@
 
 **Drops.** A request the engine failed (5xx, an unreachable or vanished
 engine, a broken answer), did not answer in time, or refused for load (429,
-503) is reported with ``dropped=True``: each says the engine is overloaded or
+503) is reported with ``on_dropped``: each says the engine is overloaded or
 unwell. A client's own mistake (another 4xx), a client that left, and a
-preemption say nothing about the engine's load and are not reported at all.
+preemption say nothing about the engine's load: the first two are reported
+with ``on_ignore``, and a preemption is not reported at all.
 
 **Latency samples.** Only answers the engine served are samples, and each is
 one of two ``SampleKind`` quantities, measured from admission (so time queued
@@ -33,23 +34,26 @@ from sluicegate.core.limits.base import Limit, SampleKind
 from sluicegate.core.ticket import Feedback, Usage
 
 
-def feed_limit(limit: Limit, usage: Usage, *, elapsed_s: float, inflight: int) -> None:
-    """Report one finished, not preempted, request to ``limit``.
+def report_outcome(limit: Limit, usage: Usage, *, elapsed_s: float, inflight: int) -> None:
+    """Report one finished, not preempted, request to ``limit``: exactly one listener call.
+
+    ``on_dropped`` for ``Feedback.DROP``; ``on_success`` with a sample of the
+    right ``SampleKind`` for ``Feedback.SAMPLE``; ``on_ignore`` for ``Feedback.IGNORE``.
 
     Args:
         limit: The model's adaptive limit.
-        usage: What the driver reported; ``usage.limit_feedback`` decides the signal.
+        usage: What the driver reported; ``usage.limit_feedback`` decides the outcome.
         elapsed_s: Time from the request's admission to its end.
         inflight: Requests of the model running when it ended, itself included.
     """
     feedback = usage.limit_feedback
     if feedback is Feedback.DROP:
-        limit.on_sample(rtt_s=elapsed_s, inflight=inflight, dropped=True)
+        limit.on_dropped(inflight=inflight)
     elif feedback is Feedback.SAMPLE:
         if usage.ttft_s is not None:
-            limit.on_sample(rtt_s=usage.ttft_s, inflight=inflight, dropped=False)
+            limit.on_success(usage.ttft_s, inflight=inflight, kind=SampleKind.FIRST_TOKEN)
         else:
             per_token = elapsed_s / max(1, usage.completion_tokens)
-            limit.on_sample(
-                rtt_s=per_token, inflight=inflight, dropped=False, kind=SampleKind.PER_OUTPUT_TOKEN
-            )
+            limit.on_success(per_token, inflight=inflight, kind=SampleKind.PER_OUTPUT_TOKEN)
+    else:
+        limit.on_ignore()

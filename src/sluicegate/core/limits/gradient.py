@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
-from sluicegate.core.limits.base import LIMITS, SampleKind
-from sluicegate.core.spec import AdaptiveSpec
+from sluicegate.core.component_specs import AdaptiveSpec
+from sluicegate.core.limits.base import Limit, SampleKind
 
 _DRIFT_RATIO = 2.0
 _DRIFT_DECAY = 0.95
@@ -36,8 +36,7 @@ class _LongRtt:
         return long
 
 
-@LIMITS.register("latency")
-class GradientLimit:
+class GradientLimit(Limit):
     """Netflix Gradient2 on latency samples, with a separate history per sample kind.
 
     Per sample ``short`` of kind ``k`` (``SampleKind``: time to first token,
@@ -76,24 +75,14 @@ class GradientLimit:
     are ignored. ``value`` is ``int`` of the float estimate.
     """
 
-    __slots__ = ("_cap", "_estimate", "_floor", "_long", "_spec")
+    __slots__ = ("_long",)
 
     name: ClassVar[str] = "latency"
 
     def __init__(self, spec: AdaptiveSpec, cap: int) -> None:
-        if cap < spec.floor:
-            raise ValueError(f"cap must be >= floor ({spec.floor}), got {cap}")
-        self._spec = spec
-        self._floor = float(spec.floor)
-        self._cap = float(cap)
-        self._estimate = float(cap)
+        super().__init__(spec, cap)
         alpha = 2.0 / (spec.long_window + 1)
         self._long = {kind: _LongRtt(alpha) for kind in SampleKind}
-
-    @property
-    def value(self) -> int:
-        """The current effective limit, in ``[spec.floor, cap]``."""
-        return int(self._estimate)
 
     @property
     def long_rtt_s(self) -> float | None:
@@ -105,33 +94,19 @@ class GradientLimit:
         long = self._long[kind]
         return long.value if long.seen else None
 
-    def on_sample(
-        self,
-        *,
-        rtt_s: float,
-        inflight: int,
-        dropped: bool,
-        kind: SampleKind = SampleKind.FIRST_TOKEN,
-    ) -> None:
-        """Move the limit from one finished request (see the class docstring)."""
-        if dropped:
-            shrink = 1.0 - self._spec.smoothing * (1.0 - _GRADIENT_MIN)
-            self._estimate = max(self._floor, self._estimate * shrink)
-            return
+    def on_success(self, rtt_s: float, *, inflight: int, kind: SampleKind) -> None:
+        """Fold the sample into its kind's long-run level and move the limit by the gradient."""
         if not (0.0 < rtt_s < math.inf):
             return
         long = self._long[kind].update(rtt_s)
-        self._adjust(long, rtt_s, inflight)
-
-    def on_kv_usage(self, usage: float, *, inflight: int) -> None:
-        """Ignored: this mode reacts to latency samples only."""
-
-    def _adjust(self, long: float, short: float, inflight: int) -> None:
-        estimate = self._estimate
+        estimate = self.estimate
         if inflight < estimate / 2.0:
             return
-        spec = self._spec
-        gradient = min(_GRADIENT_MAX, max(_GRADIENT_MIN, spec.tolerance * long / short))
+        spec = self.spec
+        gradient = min(_GRADIENT_MAX, max(_GRADIENT_MIN, spec.tolerance * long / rtt_s))
         target = estimate * gradient + math.sqrt(estimate)
-        smoothed = (1.0 - spec.smoothing) * estimate + spec.smoothing * target
-        self._estimate = min(self._cap, max(self._floor, smoothed))
+        self.update((1.0 - spec.smoothing) * estimate + spec.smoothing * target)
+
+    def on_dropped(self, *, inflight: int) -> None:
+        """The smallest gradient without the queue allowance: ``L · (1 − smoothing / 2)``."""
+        self.update(self.estimate * (1.0 - self.spec.smoothing * (1.0 - _GRADIENT_MIN)))

@@ -1,50 +1,55 @@
-"""The policy seam: how a lane orders its waiting tickets."""
+"""The two dimensions of a lane's queue policy: fairness between flows, ordering within one.
+
+Which waiting ticket a lane serves next is decided in two steps, as in the
+Gateway API Inference Extension's flow control: a *fairness* policy picks the
+flow (the tenant), then an *ordering* picks the ticket within that flow.
+
+- An ordering is an ``Ordering``: a time-invariant key, smaller first.
+- A fairness policy is a ``FairnessFactory``: it builds the lane's
+  ``LaneQueue`` around the ordering's key. ``none`` (``single_flow``) keeps one
+  heap for the whole lane; ``vtc`` (``FairQueue``) keeps a heap per tenant and
+  serves the tenant with the smallest virtual token counter.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from typing import ClassVar, Protocol
+from collections.abc import Callable, Mapping
+from typing import ClassVar
 
 from sluicegate.core.entry import Entry
-from sluicegate.core.queues import HeapQueue, LaneQueue
-from sluicegate.core.registry import Registry
-from sluicegate.core.spec import LaneSpec
+from sluicegate.core.queues import HeapQueue, KeyFn, LaneQueue
 
 
-class Policy(Protocol):
-    """Builds the queue a lane uses.
+class Ordering(ABC):
+    """How one flow orders its waiting tickets: ``key(entry)``, smaller served first.
 
-    Contract: the queue's order may depend on time only through keys that are
-    time-invariant (a deadline, not a remaining slack), so every operation
-    stays O(log n) without re-sorting.
+    Contract: the key is time-invariant (a deadline, not a remaining slack), so
+    a heap never needs re-sorting and every queue operation stays O(log n);
+    ties fall to submission order.
+
+    An abstract base class rather than a Protocol because orderings share state
+    and defaults: the lane's ``aging`` and ``simulation_only = False``. A
+    subclass sets ``name`` and implements ``key``; one that forgets ``key``
+    fails when it is built, not when a ticket first queues.
     """
 
     name: ClassVar[str]
-    simulation_only: ClassVar[bool]
+    simulation_only: ClassVar[bool] = False
     """Needs what only the simulator knows (a request's true output length)."""
 
-    def make_queue(self, lane: LaneSpec, weights: Mapping[str, float]) -> LaneQueue:
-        """A fresh queue for ``lane``; ``weights`` are the tenants' fair-share weights."""
-        ...
-
-
-class KeyedPolicy(ABC):
-    """Base for single-flow policies: subclasses define a time-invariant ``key``."""
-
-    name: ClassVar[str]
-    simulation_only: ClassVar[bool] = False
-
-    def __init__(self, lane: LaneSpec | None = None) -> None:
-        self.aging = lane.aging if lane is not None else 1.0
+    def __init__(self, aging: float = 1.0) -> None:
+        self.aging = aging
 
     @abstractmethod
     def key(self, entry: Entry) -> tuple[float, ...]:
         """Smaller is served first; ties fall back to submission order."""
 
-    def make_queue(self, lane: LaneSpec, weights: Mapping[str, float]) -> LaneQueue:
-        """A heap ordered by this policy's key."""
-        return HeapQueue(type(self)(lane).key)
+
+FairnessFactory = Callable[[KeyFn, Mapping[str, float]], LaneQueue]
+"""Builds a lane's queue from the ordering's key and the tenants' fair-share weights."""
 
 
-POLICIES: Registry[type[Policy]] = Registry("policy")
+def single_flow(key: KeyFn, weights: Mapping[str, float]) -> LaneQueue:
+    """Fairness ``none``: the whole lane is one flow, one heap ordered by ``key``."""
+    return HeapQueue(key)

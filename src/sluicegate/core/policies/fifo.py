@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from sluicegate.core.entry import Entry
-from sluicegate.core.policies.base import POLICIES, KeyedPolicy
+from sluicegate.core.policies.base import Ordering
 
 
-@POLICIES.register("fifo")
-class FifoOrdering(KeyedPolicy):
+class FifoOrdering(Ordering):
     """Serve in arrival order."""
 
     name = "fifo"

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from sluicegate.core.entry import Entry
-from sluicegate.core.policies.base import POLICIES, KeyedPolicy
+from sluicegate.core.policies.base import Ordering
 
 
-@POLICIES.register("oracle")
-class OracleOrdering(KeyedPolicy):
+class OracleOrdering(Ordering):
     """Like ``sjf`` but with the true output length (known only in simulation).
 
     Falls back to the prediction for tickets without ``true_output_tokens``.

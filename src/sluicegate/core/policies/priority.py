@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from sluicegate.core.entry import Entry
-from sluicegate.core.policies.base import POLICIES, KeyedPolicy
+from sluicegate.core.policies.base import Ordering
 
 
-@POLICIES.register("priority")
-class PriorityOrdering(KeyedPolicy):
+class PriorityOrdering(Ordering):
     """Serve the most important priority (lowest number) first, then by arrival."""
 
     name = "priority"

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from sluicegate.core.entry import Entry
-from sluicegate.core.policies.base import POLICIES, KeyedPolicy
+from sluicegate.core.policies.base import Ordering
 
 
-@POLICIES.register("sjf")
-class ShortestJobOrdering(KeyedPolicy):
+class ShortestJobOrdering(Ordering):
     """Serve the smallest ``service_s − aging·(now − arrival)``.
 
     Subtracting ``aging·now`` from every key keeps the order, so the key is the

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from sluicegate.core.entry import Entry
-from sluicegate.core.policies.base import POLICIES, KeyedPolicy
+from sluicegate.core.policies.base import Ordering
 
 
-@POLICIES.register("slack")
-class SlackOrdering(KeyedPolicy):
+class SlackOrdering(Ordering):
     """Serve the smallest slack ``deadline − now − service_s``, then higher priority.
 
     ``now`` is common to every ticket, so the key is ``deadline − service_s``.

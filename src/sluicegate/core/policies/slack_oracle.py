@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from sluicegate.core.entry import Entry
-from sluicegate.core.policies.base import POLICIES, KeyedPolicy
+from sluicegate.core.policies.base import Ordering
 
 
-@POLICIES.register("slack-oracle")
-class SlackOracleOrdering(KeyedPolicy):
+class SlackOracleOrdering(Ordering):
     """Like ``slack`` but with the true output length (known only in simulation).
 
     The gap between ``slack`` and ``slack-oracle`` is what a better output-length

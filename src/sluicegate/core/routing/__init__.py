@@ -1,16 +1,16 @@
-"""Routing strategies: which backend of a model runs an admitted ticket.
+"""Routing strategies: which backend of a model runs an admitted ticket (DESIGN §8).
 
-Each strategy is one small class in its own module, registered by name in
-:data:`ROUTERS`; importing this package registers them all.
+Each strategy is one small class in its own module; ``ROUTERS`` lists them
+all by the name ``ModelSpec.router`` takes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
 
 from sluicegate.core.backend import BackendState
-from sluicegate.core.routing.base import ROUTERS, Router, RouterFactory
+from sluicegate.core.registry import Registry
+from sluicegate.core.routing.base import Router, RouterFactory
 from sluicegate.core.routing.least_expected_time import LeastExpectedTimeRouter
 from sluicegate.core.routing.least_inflight import LeastInflightRouter
 from sluicegate.core.routing.prefix_affinity import PrefixAffinityRouter
@@ -28,6 +28,14 @@ __all__ = [
     "router_names",
 ]
 
+_STRATEGIES: tuple[RouterFactory, ...] = (
+    RoundRobinRouter,
+    LeastInflightRouter,
+    LeastExpectedTimeRouter,
+    PrefixAffinityRouter,
+)
+ROUTERS: Registry[RouterFactory] = Registry("router", {r.name: r for r in _STRATEGIES})
+
 
 def router_names() -> frozenset[str]:
     """Names of all registered routing strategies (valid values of ``ModelSpec.router``)."""
@@ -40,5 +48,4 @@ def make_router(name: str, backends: Sequence[BackendState]) -> Router:
     Raises:
         KeyError: ``name`` is not registered; the message lists the choices.
     """
-    factory = cast(RouterFactory, ROUTERS.get(name))
-    return factory(backends)
+    return ROUTERS.get(name)(backends)

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import ClassVar, Protocol
 
 from sluicegate.core.backend import BackendState
-from sluicegate.core.registry import Registry
 from sluicegate.core.ticket import Ticket
 
 
@@ -16,7 +15,12 @@ class Router(Protocol):
     Contract: ``choose`` returns one of ``backends`` for which
     ``available(now)`` is true, or ``None`` when none is. It may keep its own
     state (a round-robin cursor, a hash ring) but must not mutate the backends;
-    the scheduler updates their in-flight counts after the choice.
+    the scheduler updates their in-flight counts after the choice. Given the
+    same backends and the same sequence of calls, it makes the same choices.
+
+    A Protocol rather than a base class: routers share no code or state, so
+    there is nothing for a base to hold; ``RouterFactory`` states the one
+    constructor they share.
     """
 
     name: ClassVar[str]
@@ -29,13 +33,13 @@ class Router(Protocol):
 
 
 class RouterFactory(Protocol):
-    """A router class: built once per model with that model's backends."""
+    """What ``ROUTERS`` holds: a router class, built once per model with its backends."""
 
-    name: ClassVar[str]
+    @property
+    def name(self) -> str:
+        """The name ``ModelSpec.router`` uses for this strategy."""
+        ...
 
     def __call__(self, backends: Sequence[BackendState]) -> Router:
         """A router for ``backends``."""
         ...
-
-
-ROUTERS: Registry[type[Router]] = Registry("router")

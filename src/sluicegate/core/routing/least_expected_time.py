@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from sluicegate.core.backend import BackendState
-from sluicegate.core.routing.base import ROUTERS
 from sluicegate.core.routing.least_inflight import inflight_per_weight, pick_min
 from sluicegate.core.ticket import Ticket
 
@@ -45,7 +44,6 @@ def expected_completion_s(backend: BackendState, service_s: float) -> float:
     return queued_s * pressure / backend.spec.weight + service_s
 
 
-@ROUTERS.register("least_expected_time")
 class LeastExpectedTimeRouter:
     """Sends each ticket where it is expected to finish soonest.
 

@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from sluicegate.core.backend import BackendState
-from sluicegate.core.routing.base import ROUTERS
 from sluicegate.core.ticket import Ticket
 
 
@@ -42,7 +41,6 @@ def inflight_per_weight(backend: BackendState) -> float:
     return backend.inflight / backend.spec.weight
 
 
-@ROUTERS.register("least_inflight")
 class LeastInflightRouter:
     """Sends each ticket to the available backend with the smallest ``inflight / weight``.
 

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from sluicegate.core.backend import BackendState
-from sluicegate.core.routing.base import ROUTERS
 from sluicegate.core.routing.least_inflight import LeastInflightRouter
 from sluicegate.core.ticket import Ticket
 
@@ -19,7 +18,6 @@ def _point(data: str) -> int:
     return int.from_bytes(hashlib.blake2b(data.encode(), digest_size=8).digest(), "big")
 
 
-@ROUTERS.register("prefix_affinity")
 class PrefixAffinityRouter:
     """Keeps requests that share a prompt prefix on one backend, so its prefix cache hits.
 

@@ -6,11 +6,9 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from sluicegate.core.backend import BackendState
-from sluicegate.core.routing.base import ROUTERS
 from sluicegate.core.ticket import Ticket
 
 
-@ROUTERS.register("round_robin")
 class RoundRobinRouter:
     """Nginx's smooth weighted round robin by ``spec.weight``.
 

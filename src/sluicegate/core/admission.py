@@ -1,0 +1,74 @@
+"""Admission: grant a model's free capacity to its waiting tickets (DESIGN §5).
+
+While the model is under its effective cap, lanes are visited in configuration
+order (lanes owed a preempted slot first) and each admits its head while it is
+under its own cap, the head fits the token budget and the router finds a
+backend; then a second pass lets lanes with ``borrow`` take the idle quota of
+lending lanes. A head that does not fit blocks its lane (no skipping); when no
+backend is available, admission stops for the model.
+"""
+
+from __future__ import annotations
+
+from sluicegate.core.decisions import Admit, Decision, Reserve
+from sluicegate.core.entry import State
+from sluicegate.core.runtime import LaneRuntime, ModelRuntime
+
+
+def admit_waiting(model: ModelRuntime, now: float, out: list[Decision], *, reserve: bool) -> None:
+    """Admit waiting tickets of ``model`` while capacity remains; append the decisions.
+
+    Args:
+        model: The model whose lanes to serve.
+        now: The driver's time.
+        out: Decisions are appended here: ``Admit``, or ``Reserve`` when ``reserve``
+            (distributed mode: each admission first asks for a global slot).
+        reserve: Whether admissions are ``Reserve`` decisions.
+    """
+    lanes = model.lane_order
+    if any(lane.pending_preempts for lane in lanes):
+        lanes = sorted(lanes, key=lambda lane: lane.pending_preempts == 0)
+    cap = model.cap()
+    for borrowing in (False, True):
+        for lane in lanes:
+            if model.running >= cap:
+                return
+            if not _admit_lane(model, lane, borrowing, cap, now, out, reserve):
+                return
+
+
+def _admit_lane(
+    model: ModelRuntime,
+    lane: LaneRuntime,
+    borrowing: bool,
+    cap: int,
+    now: float,
+    out: list[Decision],
+    reserve: bool,
+) -> bool:
+    """Admit from ``lane`` while it has room; ``False`` if no backend could take one."""
+    queue = lane.queue
+    if lane.blocked_until > now or (borrowing and not lane.spec.borrow):
+        return True
+    while len(queue) and model.running < cap:
+        if borrowing:
+            if model.lendable() <= 0:
+                return True
+        elif lane.own >= lane.cap:
+            return True
+        head = queue.peek()
+        if head is None or not model.tokens_fit(head):
+            return True
+        backend = model.router.choose(head.ticket, head.service_s, model.backends, now)
+        if backend is None:
+            return False
+        queue.pop()
+        model.occupy(lane, head, backend, borrowing, now)
+        ticket = head.ticket
+        if reserve:
+            head.state = State.RESERVING
+            out.append(Reserve(ticket, backend.spec.name))
+        else:
+            head.state = State.RUNNING
+            out.append(Admit(ticket, backend.spec.name, now - ticket.arrival))
+    return True

@@ -1,0 +1,68 @@
+"""Validated settings of the parts plugins are built from: a backend and an adaptive limit.
+
+Routers read ``BackendSpec`` (through ``BackendState``) and limits read
+``AdaptiveSpec``, so both live here, below the plugin registries.
+``core/spec.py`` sits above the registries: it checks the plugin names a
+config gives (a lane's policy, a model's router and adaptive ``mode``) against
+them, and re-exports these classes, so ``sluicegate.core.spec`` stays the one
+place callers import configuration from.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class FrozenSpec(BaseModel):
+    """Base of every spec: immutable, and an unknown field is an error naming it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class BackendSpec(FrozenSpec):
+    """One engine replica serving a model."""
+
+    name: str = Field(min_length=1)
+    url: str | None = None
+    weight: float = Field(1.0, gt=0.0, le=1000.0)
+    max_concurrency: int | None = Field(None, ge=1)
+    engine: Literal["vllm", "sglang", "llamacpp", "tgi", "trtllm", "emulator"] = "vllm"
+
+
+class AdaptiveSpec(FrozenSpec):
+    """Adaptive concurrency limit for a model (DESIGN §5).
+
+    ``kv_cache``: multiply by ``decrease`` above ``high_water`` KV usage, add
+    ``increase`` below ``low_water``. ``latency``: Gradient2 on latency samples
+    (time to first token, or a unary answer's time per output token), and
+    ``1 - smoothing / 2`` per drop. ``aimd``: multiply by ``decrease`` (at least
+    one less) per drop or first token slower than ``timeout_s``, add
+    ``increase`` per other answer while at least half the limit is in use.
+    What counts as a drop or a sample: ``sluicegate.core.limits.feedback``.
+
+    ``mode`` must name a registered limit (``core/limits``); ``ModelSpec``
+    checks it, since the limits themselves are built from this class.
+    """
+
+    mode: str = "kv_cache"
+    floor: int = Field(1, ge=1)
+    high_water: float = Field(0.88, gt=0.0, le=1.0)
+    low_water: float = Field(0.70, ge=0.0, lt=1.0)
+    decrease: float = Field(0.9, gt=0.0, lt=1.0)
+    increase: int = Field(1, ge=1)
+    tolerance: float = Field(1.5, ge=1.0, description="latency: allowed long/short ratio")
+    smoothing: float = Field(0.2, gt=0.0, le=1.0)
+    long_window: int = Field(600, ge=1)
+    timeout_s: float = Field(
+        5.0, gt=0.0, description="aimd: a time to first token slower than this is a drop"
+    )
+
+    @model_validator(mode="after")
+    def _watermarks_ordered(self) -> AdaptiveSpec:
+        if self.low_water >= self.high_water:
+            raise ValueError(
+                f"low_water ({self.low_water}) must be below high_water ({self.high_water})"
+            )
+        return self
