@@ -1,11 +1,15 @@
-"""Fuzz target: any engine stream, cut into any chunks → SseScanner and StreamAssembler cope.
+"""Fuzz target: any engine stream, cut into any chunks → the SSE splitter, the scanner and the
+reassembler cope.
 
 The bytes an engine sends are fed, in fuzzer-chosen chunks, to the gateway's
-stream accounting (``sse.SseScanner``) and to the non-streaming reassembly
-(``assemble.StreamAssembler``). Neither may raise (they document no exception),
-what they conclude must not depend on how the stream was chunked, and the
-reassembled body must be a JSON object in OpenAI's shape. ``streamable_copy``
-gets the same bytes as a request body: ``None`` or a JSON object that streams.
+framing (``sse.SseSplitter``), its stream accounting (``scanner.SseScanner``, as the
+stream relay drives them) and the non-streaming reassembly
+(``assemble.StreamAssembler``). None may raise (they document no exception); the
+framing must hand on every byte exactly once (released plus held is the input,
+and released bytes end at an event boundary); what they conclude must not depend
+on how the stream was chunked; and the reassembled body must be a JSON object in
+OpenAI's shape. ``streamable_copy`` gets the same bytes as a request body: ``None``
+or a JSON object that streams.
 
 Run: ``python fuzz/fuzz_sse.py [corpus_dir] -max_total_time=600`` (see fuzz/README.md).
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import random
 import sys
+from typing import Any
 
 import atheris  # type: ignore[import-untyped]
 
@@ -22,25 +27,59 @@ with atheris.instrument_imports(include=["sluicegate"]):
 
     from sluicegate.gateway.assemble import StreamAssembler, streamable_copy
     from sluicegate.gateway.classify import Endpoint
-    from sluicegate.gateway.sse import SseScanner
+    from sluicegate.gateway.scanner import SseScanner
+    from sluicegate.gateway.sse import SseSplitter
 
 ENDPOINTS: tuple[Endpoint, ...] = ("chat", "completions")
 FINISH = (None, "preempted")
 
 
-def _scan(chunks: list[bytes], endpoint: Endpoint) -> tuple[SseScanner, StreamAssembler]:
-    scanner, assembler = SseScanner(), StreamAssembler(endpoint)
+class _Run:
+    """One pass over the chunks: the relay's splitter and scanner, and a reassembler."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.splitter = SseSplitter()
+        self.scanner = SseScanner()
+        self.assembler = StreamAssembler(endpoint)
+        self.released = b""
+        self.payloads: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> None:
+        whole, payloads = self.splitter.feed(chunk)
+        self.released += whole
+        if whole:
+            assert _at_event_boundary(self.released), self.released[-8:]
+        self.payloads += payloads
+        assert self.scanner.scan_all(payloads) >= 0
+        assert self.assembler.feed(chunk) >= 0
+
+    def close(self) -> bytes:
+        held, payloads = self.splitter.close()
+        self.payloads += payloads
+        self.scanner.scan_all(payloads)
+        self.assembler.close()
+        return held
+
+
+def _at_event_boundary(released: bytes) -> bool:
+    """Whether ``released`` ends with a blank line (LF or CRLF), where an event ends."""
+    return released in (b"\n", b"\r\n") or released.endswith((b"\n\n", b"\n\r\n"))
+
+
+def _run(chunks: list[bytes], endpoint: Endpoint) -> tuple[_Run, bytes]:
+    run = _Run(endpoint)
     for chunk in chunks:
-        assert scanner.feed(chunk) >= 0
-        assembler.feed(chunk)
-    return scanner, assembler
+        run.feed(chunk)
+    return run, run.close()
 
 
-def _summary(scanner: SseScanner, assembler: StreamAssembler) -> tuple[object, ...]:
+def _summary(run: _Run, body: dict[str, Any]) -> tuple[object, ...]:
+    scanner, assembler = run.scanner, run.assembler
     return (
-        scanner.chunks, scanner.done, scanner.error, scanner.finish_reason,
-        scanner.prompt_tokens, scanner.completion_tokens, assembler.parts,
-        assembler.finish_reason, assembler.usage, assembler.id, assembler.model, assembler.done,
+        run.payloads, run.splitter.overflowed, scanner.chunks, scanner.done, scanner.error,
+        scanner.malformed, scanner.finish_reason, scanner.prompt_tokens,
+        scanner.completion_tokens, assembler.chunks, assembler.done, assembler.error,
+        assembler.malformed, {k: v for k, v in body.items() if k != "created"},
     )  # fmt: skip
 
 
@@ -56,22 +95,35 @@ def _split(data: bytes) -> tuple[Endpoint, str | None, int, list[bytes], bytes]:
     return endpoint, finish, flags >> 2, chunks, stream
 
 
+def _body(run: _Run, prompt_tokens: int, finish: str | None) -> dict[str, Any]:
+    body = orjson.loads(run.assembler.body(prompt_tokens=prompt_tokens, finish_reason=finish))
+    assert isinstance(body, dict)
+    return body
+
+
 def TestOneInput(data: bytes) -> None:  # noqa: N802 - the name atheris calls
     """One input: a stream, its chunking, the endpoint and a finish-reason override."""
     if len(data) < 2:
         return
     endpoint, finish, prompt_tokens, chunks, stream = _split(data)
-    scanner, assembler = _scan(chunks, endpoint)
-    whole = _scan([stream], endpoint)
-    assert _summary(scanner, assembler) == _summary(*whole), "depends on the chunking"
-    assert scanner.chunks >= 0
+    split, held = _run(chunks, endpoint)
+    whole, _ = _run([stream], endpoint)
+    if not split.splitter.overflowed:
+        assert split.released + held == stream, "the framing lost or invented bytes"
+    body = _body(split, prompt_tokens, finish)
+    assert _summary(split, body) == _summary(whole, _body(whole, prompt_tokens, finish)), (
+        "depends on the chunking"
+    )
+    assert split.scanner.chunks >= 0
 
-    body = orjson.loads(assembler.body(prompt_tokens=prompt_tokens, finish_reason=finish))
-    assert isinstance(body, dict)
     choice = body["choices"][0]
-    assert choice["finish_reason"] == (finish or assembler.finish_reason or "stop")
+    reason = choice["finish_reason"]
+    assert reason == finish if finish is not None else isinstance(reason, str) and reason
     text = choice["message"]["content"] if endpoint == "chat" else choice["text"]
-    assert text == "".join(assembler.parts)
+    assert isinstance(text, str)
+    usage = body["usage"]
+    assert isinstance(usage, dict)
+    assert all(type(v) is int and v >= 0 for v in usage.values()), usage
 
     copy = streamable_copy(stream)
     if copy is not None:

@@ -1,5 +1,9 @@
 """Backend health over real HTTP (DESIGN §8): active probes, the passive circuit, and engines
-that die while they serve."""
+that die while they serve.
+
+Circuit cool-downs pass on the gateway's scheduling clock (``clock_harness``): the test
+advances it instead of sleeping, while the requests, the engines and the failures are real.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from collections.abc import Callable
 
 import aiohttp
 import orjson
+from clock_harness import clocked_gateway
 from gateway_harness import (
     FAST_PRIORS,
     MODEL,
@@ -28,7 +33,8 @@ INTERVAL_S = 0.2
 ACTIVE = f"""    max_concurrency: 8
 {FAST_PRIORS}server: {{scrape_interval_s: {INTERVAL_S}}}
 """
-COOLDOWN_S = 1.0
+COOLDOWN_S = 60.0
+SLACK_S = 5.0  # real time the test itself may take, well within the cool-down
 PASSIVE = f"""    max_concurrency: 8
     circuit_failures: 2
     circuit_cooldown_s: {COOLDOWN_S}
@@ -117,37 +123,52 @@ async def test_consecutive_failures_open_the_circuit() -> None:
 
 
 async def test_half_open_circuit_lets_exactly_one_probe_through() -> None:
-    """After ``circuit_cooldown_s`` an open circuit lets a single request through: of eight
-    requests sent at once, exactly one reaches the still-dead backend (502), which opens the
-    circuit again; the other seven succeed."""
-    with engine_server() as e0, gateway_at([e0.port, unused_port()], PASSIVE, scrape=False) as gw:
+    """An open circuit stays open until ``circuit_cooldown_s`` has passed on the gateway's
+    clock, then lets a single request through: of eight requests sent at once, exactly one
+    reaches the still-dead backend (502), which opens the circuit again; the other seven
+    succeed."""
+    with (
+        engine_server() as e0,
+        clocked_gateway([e0.port, unused_port()], PASSIVE, scrape=False) as (gw, clock),
+    ):
         opened = await _statuses(gw, 8)
-        assert backend_state(gw.base_url, "e1")["circuit"] == "open"
-        await asyncio.sleep(COOLDOWN_S + 0.1)
+        clock.advance(COOLDOWN_S - SLACK_S)
+        still_open = backend_state(gw.base_url, "e1")["circuit"]
+        clock.advance(SLACK_S)
+        cooled = backend_state(gw.base_url, "e1")["circuit"]
         burst = await _statuses(gw, 8, concurrent=True)
         circuit = backend_state(gw.base_url, "e1")["circuit"]
     assert opened.count(502) == 2
+    assert (still_open, cooled) == ("open", "half_open")
     assert sorted(burst) == [200] * 7 + [502]
     assert circuit == "open"
 
 
 async def test_successful_half_open_probe_closes_the_circuit() -> None:
-    """A backend that failed until its circuit opened and has come back meanwhile: after the
-    cool-down the probe succeeds, the circuit closes, and it takes traffic again."""
+    """A backend that failed until its circuit opened and has come back meanwhile gets no
+    traffic before the cool-down; after it the probe succeeds, the circuit closes, and it
+    takes its share again (at least 4 of the 10 requests that follow)."""
     e1 = EngineServer(seed=1)
     e1.start()
     e1.stop()  # down, with a known address to come back on
     try:
-        with engine_server() as e0, gateway_at([e0.port, e1.port], PASSIVE, scrape=False) as gw:
+        with (
+            engine_server() as e0,
+            clocked_gateway([e0.port, e1.port], PASSIVE, scrape=False) as (gw, clock),
+        ):
             opened = await _statuses(gw, 8)
             e1.start()
-            await asyncio.sleep(COOLDOWN_S + 0.1)
+            early = await _statuses(gw, 4)
+            before_cooldown = e1.stats()["admitted_total"]
+            clock.advance(COOLDOWN_S)
             after = await _statuses(gw, 10)
             circuit = backend_state(gw.base_url, "e1")["circuit"]
             served = e1.stats()["admitted_total"]
     finally:
         e1.stop()
     assert opened.count(502) == 2
+    assert early == [200] * 4
+    assert before_cooldown == 0
     assert after == [200] * 10
     assert circuit == "closed"
     assert served >= 4

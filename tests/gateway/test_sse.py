@@ -1,4 +1,5 @@
-"""``sse.SseScanner``: accounting on the side of an OpenAI event stream, whatever its framing."""
+"""``sse.SseSplitter`` and ``scanner.SseScanner``: framing of an event stream into whole
+events, and accounting on the side of an OpenAI one, whatever the reads' boundaries."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluicegate.gateway.sse import MAX_LINE_BYTES, SseScanner
+from sluicegate.gateway.scanner import SseScanner
+from sluicegate.gateway.sse import MAX_EVENT_BYTES, SseSplitter
 
 
 def _event(payload: object) -> bytes:
@@ -37,10 +39,29 @@ def _stream(texts: list[str], usage: tuple[int, int] | None, *, crlf: bool = Fal
     return data.replace(b"\n", b"\r\n") if crlf else data
 
 
+class _Scan:
+    """A splitter and a scanner fed the same reads, as the stream relay feeds them."""
+
+    def __init__(self) -> None:
+        self.splitter = SseSplitter()
+        self.scanner = SseScanner()
+        self.forwarded = b""
+
+    def feed(self, piece: bytes) -> int:
+        whole, payloads = self.splitter.feed(piece)
+        self.forwarded += whole
+        return self.scanner.scan_all(payloads)
+
+    def close(self) -> bytes:
+        held, payloads = self.splitter.close()
+        self.scanner.scan_all(payloads)
+        return held
+
+
 def _scan(pieces: list[bytes]) -> tuple[SseScanner, int]:
-    scanner = SseScanner()
-    returned = sum(scanner.feed(piece) for piece in pieces)
-    return scanner, returned
+    scan = _Scan()
+    returned = sum(scan.feed(piece) for piece in pieces)
+    return scan.scanner, returned
 
 
 def _facts(scanner: SseScanner) -> tuple[object, ...]:
@@ -91,13 +112,28 @@ def test_unparseable_event_is_malformed() -> None:
     assert scanner.malformed
 
 
-def test_overlong_partial_line_is_dropped_as_malformed() -> None:
-    """A line that grows past MAX_LINE_BYTES without a newline is dropped, not buffered."""
-    scanner = SseScanner()
-    scanner.feed(b"data: " + b"x" * (MAX_LINE_BYTES + 1))
-    scanner.feed(_event(_token("after")))
-    assert scanner.malformed
-    assert scanner.chunks == 1
+def test_overlong_partial_line_is_dropped_and_flagged() -> None:
+    """A line that grows past MAX_EVENT_BYTES without a newline is dropped, not buffered, and
+    the splitter says so; the events after it are read as usual."""
+    scan = _Scan()
+    scan.feed(b"data: " + b"x" * (MAX_EVENT_BYTES // 2))
+    assert not scan.splitter.overflowed
+    scan.feed(b"x" * (MAX_EVENT_BYTES // 2))
+    assert scan.splitter.overflowed
+    assert scan.splitter.close() == (b"", [])
+    scan.feed(b"\n\n" + _event(_token("after")))
+    assert scan.scanner.chunks == 1
+
+
+def test_many_lines_without_a_blank_line_are_capped_too() -> None:
+    """An event whose whole lines never end (no blank line) is capped like one long line."""
+    splitter = SseSplitter()
+    line = b"data: " + b"y" * 1000 + b"\n"
+    for _ in range(MAX_EVENT_BYTES // len(line)):
+        assert splitter.feed(line) == (b"", [])
+    assert not splitter.overflowed
+    splitter.feed(line)
+    assert splitter.overflowed
 
 
 @settings(deadline=None)
@@ -143,3 +179,60 @@ def test_chunks_without_generated_text_are_not_counted() -> None:
     tokens = [_event(_token(text)) for text in ("a", "b", "c")]
     scanner, _ = _scan([_event(opener), *tokens, _event(closer), b"data: [DONE]\n\n"])
     assert (scanner.chunks, scanner.finish_reason, scanner.done) == (3, "length", True)
+
+
+def test_only_whole_events_are_released_with_their_bytes_as_received() -> None:
+    """Each read releases the bytes of the events it completed, exactly as received (with
+    what earlier reads left), and holds the rest; released plus held is the input."""
+    data = _stream(["a", "b"], (1, 2), crlf=True)
+    scan = _Scan()
+    cut = data.index(b"\r\n\r\n", 20) + 3  # inside the first event's blank line
+    scan.feed(data[:cut])
+    assert scan.forwarded == data[: data.index(b"\r\n\r\n") + 4]
+    scan.feed(data[cut:])
+    assert scan.forwarded == data
+    assert scan.close() == b""
+
+
+def test_data_lines_of_one_event_are_joined_and_other_fields_ignored() -> None:
+    """An event's data lines join with newlines (the SSE rule); ``event:``, ``id:`` and
+    comment lines carry nothing; an event with no data yields no payload."""
+    splitter = SseSplitter()
+    whole, payloads = splitter.feed(
+        b': ping\n\nevent: message\nid: 7\ndata: {"a":\ndata:  1}\n\ndata:[DONE]\n\n'
+    )
+    assert payloads == [b'{"a":\n1}', b"[DONE]"]
+    assert whole.endswith(b"data:[DONE]\n\n")
+
+
+def test_close_reads_an_event_left_without_its_blank_line_but_not_a_partial_line() -> None:
+    """At the end of the stream an event whose lines are whole but whose blank line never came
+    still counts; a last line without its line ending does not. The held bytes are returned
+    as they came."""
+    splitter = SseSplitter()
+    assert splitter.feed(b"data: [DONE]\n") == (b"", [])
+    assert splitter.close() == (b"data: [DONE]\n", [b"[DONE]"])
+    assert splitter.feed(b"data: [DONE]") == (b"", [])
+    assert splitter.close() == (b"data: [DONE]", [])
+
+
+@settings(deadline=None)
+@given(
+    texts=st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=12),
+    crlf=st.booleans(),
+    cuts=st.lists(st.integers(0, 4096), max_size=40),
+    truncate=st.integers(0, 4096),
+)
+def test_framing_loses_and_invents_nothing(
+    texts: list[str], crlf: bool, cuts: list[int], truncate: int
+) -> None:
+    """For any stream, cut anywhere and into any reads: the released bytes and the held rest
+    are the input, byte for byte, and the released bytes always end at an event boundary."""
+    data = _stream(texts, (3, len(texts)), crlf=crlf)[:truncate]
+    scan = _Scan()
+    for piece in _split(data, cuts):
+        before = len(scan.forwarded)
+        scan.feed(piece)
+        if len(scan.forwarded) > before:
+            assert scan.forwarded.endswith((b"\n\n", b"\r\n\r\n"))
+    assert scan.forwarded + scan.close() == data

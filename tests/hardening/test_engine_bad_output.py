@@ -15,11 +15,27 @@ from contextlib import contextmanager
 
 import orjson
 import pytest
-from gateway_harness import MODEL, Reply, gateway_at, http_call, model_state, serve_in_thread
+from faulty_engine import Fault, faulty_engine
+from gateway_harness import (
+    ADMIN_KEY,
+    MODEL,
+    Reply,
+    gateway_at,
+    http_call,
+    model_state,
+    openai_error,
+    outcomes,
+    serve_in_thread,
+    start_server,
+    stop_servers,
+)
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+
+from sluicegate.config import parse_config
+from sluicegate.gateway.app import build_app as build_gateway
 
 BODY = """    lanes:
       - {name: plain, preemptible: never}
@@ -139,3 +155,80 @@ def test_odd_streams_are_relayed_to_a_streaming_client(stream: bytes) -> None:
     assert reply.status == 200, reply
     assert reply.body.startswith(stream[:40])
     assert running == 0
+
+
+# ------------------------------------------------------------------ reassembled failures
+
+FAILING = """    max_concurrency: 8
+    circuit_failures: 1
+    circuit_cooldown_s: 600
+    adaptive: {mode: aimd}
+    lanes:
+      - {name: plain, preemptible: never}
+      - {name: reassembled, preemptible: always, preempt_action: abort}
+"""
+ROUTES = [
+    pytest.param("emulator", "reassembled", id="abort-lane"),
+    pytest.param("llamacpp", "plain", id="llamacpp-backend"),
+]
+
+
+@contextmanager
+def _failing_gateway(engine_port: int, engine_kind: str) -> Iterator[str]:
+    """A gateway whose one backend (of ``engine_kind``) opens its circuit at the first
+    failure and whose aimd limit starts at 8."""
+    text = (
+        f"models:\n  - name: {MODEL}\n    backends:\n"
+        f"      - {{name: e0, url: 'http://127.0.0.1:{engine_port}', engine: {engine_kind}}}\n"
+        + FAILING
+    )
+    app = build_gateway(parse_config(text), environ={"SLUICEGATE_ADMIN_KEY": ADMIN_KEY})
+    running = start_server(app)
+    try:
+        yield f"http://127.0.0.1:{running.port}"
+    finally:
+        stop_servers([running])
+
+
+@pytest.mark.parametrize(("engine_kind", "lane"), ROUTES)
+@pytest.mark.parametrize(
+    "fault", [Fault.ERROR_EVENT, Fault.MALFORMED_STREAM], ids=["error-event", "malformed"]
+)
+def test_a_failed_stream_behind_a_non_streamed_request_is_an_engine_failure(
+    engine_kind: str, lane: str, fault: Fault
+) -> None:
+    """A non-streamed request that the gateway sends upstream as a stream (a lane that may
+    preempt with ``abort``, or a llama.cpp backend) whose stream carries an engine error
+    event, or an event that is not JSON, after a first chunk: the client gets the unary
+    path's 502 ``upstream_error`` (not 200 with the text cut off), and the failure is
+    heard: counted ``upstream_error``, the circuit opens (``circuit_failures: 1``), the aimd
+    limit drops from 8 to 7, and the slot is free."""
+    with faulty_engine(fault) as engine, _failing_gateway(engine.port, engine_kind) as base_url:
+        reply = _ask(base_url, lane)
+        asked_stream = [seen.stream for seen in engine.received]
+        state = model_state(base_url)
+        counted = outcomes(base_url)
+    assert asked_stream == [True]
+    assert reply.status == 502, reply
+    assert openai_error(reply)["code"] == "upstream_error"
+    assert counted == {"upstream_error": 1}
+    assert state["backends"][0]["circuit"] == "open"
+    assert state["cap"] == 7
+    assert state["running"] == 0
+
+
+@pytest.mark.parametrize(("engine_kind", "lane"), ROUTES)
+def test_a_healthy_stream_behind_a_non_streamed_request_is_reassembled(
+    engine_kind: str, lane: str
+) -> None:
+    """Positive control for the test above: the same engine without a fault gives 200 with
+    the whole text, a closed circuit and an unchanged limit."""
+    with faulty_engine() as engine, _failing_gateway(engine.port, engine_kind) as base_url:
+        reply = _ask(base_url, lane)
+        state = model_state(base_url)
+        counted = outcomes(base_url)
+    assert reply.status == 200, reply
+    assert reply.json()["choices"][0]["message"]["content"] == "tok" * engine.chunks
+    assert counted == {"completed": 1}
+    assert state["backends"][0]["circuit"] == "closed"
+    assert state["cap"] == 8

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 import pytest
+from clock_harness import clocked_gateway
 from faulty_engine import Fault, FaultyEngine, faulty_engine
 from gateway_harness import (
     ERROR_FIELDS,
@@ -261,9 +262,11 @@ def test_engine_that_never_accepts_hits_the_connect_timeout() -> None:
 
 
 # ------------------------------------------------------------------ circuit and recovery
+# Cool-downs pass on the gateway's scheduling clock, which these tests advance
+# (``clock_harness``); the engines, their faults and the network timeouts stay real.
 
 FAILURES = 3
-COOLDOWN_S = 0.5
+COOLDOWN_S = 30.0
 STRICT = f"    circuit_failures: {FAILURES}\n    circuit_cooldown_s: {COOLDOWN_S}\n" + TIMEOUTS
 
 
@@ -320,10 +323,13 @@ OUTAGES = {
 def test_repeated_failures_open_the_circuit_and_service_recovers(name: str) -> None:
     """Three failures in a row (``circuit_failures: 3``) each get their clean error; then the
     circuit is open and the next request gets 503 ``no_healthy_backend`` at once without
-    reaching the engine; once the engine is well again and the 0.5 s cool-down has passed,
-    requests succeed and the circuit is closed."""
+    reaching the engine, and still does once the engine is well again; after the 30 s
+    cool-down (on the gateway's clock), requests succeed and the circuit is closed."""
     outage = OUTAGES[name]
-    with faulty_engine() as engine, gateway_at([engine.port], STRICT, scrape=False) as gateway:
+    with (
+        faulty_engine() as engine,
+        clocked_gateway([engine.port], STRICT, scrape=False) as (gateway, clock),
+    ):
         outage.begin(engine)
         try:
             failures = [_post(gateway, stream=outage.stream)[1] for _ in range(FAILURES)]
@@ -334,7 +340,8 @@ def test_repeated_failures_open_the_circuit_and_service_recovers(name: str) -> N
             idle = _idle(gateway)
         finally:
             outage.end(engine)
-        time.sleep(COOLDOWN_S + 0.1)
+        cooling = _post(gateway, stream=False)[1].status
+        clock.advance(COOLDOWN_S)
         statuses = [_post(gateway, stream=stream)[1].status for stream in (False, True) * 3]
         closed = backend_state(gateway.base_url, "e0")["circuit"]
         counted = outcomes(gateway.base_url)
@@ -346,6 +353,7 @@ def test_repeated_failures_open_the_circuit_and_service_recovers(name: str) -> N
     assert reached == 0
     assert circuit == "open"
     assert idle
+    assert cooling == 503
     assert statuses == [200] * 6
     assert closed == "closed"
     assert counted.get("upstream_error") == FAILURES
@@ -361,27 +369,31 @@ PROBED = (
 
 def test_readiness_returns_after_the_cooldown_with_no_traffic() -> None:
     """The only engine answers 500 (its health probe still answers), so the circuit opens:
-    ``/readyz`` is 503 and ``sluicegate_backend_healthy`` 0. The engine heals and nothing
-    is sent: within the cool-down plus one probe interval (allowing 0.3 s of scheduling
-    slack) ``/readyz`` is 200 and the gauge 1, with no request having moved the circuit."""
-    with faulty_engine() as engine, gateway_at([engine.port], PROBED) as gateway:
+    ``/readyz`` is 503 and ``sluicegate_backend_healthy`` 0, and they stay so through two
+    probe intervals after the engine heals, while the cool-down runs. Once the 30 s
+    cool-down has passed on the gateway's clock, and with nothing sent, ``/readyz`` is 200
+    within one probe interval (allowing 0.3 s of scheduling slack) and the gauge 1, with no
+    request having moved the circuit."""
+    with faulty_engine() as engine, clocked_gateway([engine.port], PROBED) as (gateway, clock):
         engine.fault = Fault.ERROR_500
         failed = _post(gateway, stream=False)[1].status
-        opened = time.monotonic()
         not_ready = http_call(gateway.base_url, "GET", "/readyz").status
         down = metric(gateway.base_url, "sluicegate_backend_healthy", backend="e0")
         engine.fault = Fault.NONE
         reached = engine.inference_count()
+        time.sleep(2 * PROBE_S)
+        cooling = http_call(gateway.base_url, "GET", "/readyz").status
+        clock.advance(COOLDOWN_S)
+        advanced = time.monotonic()
         ready = wait_until(
-            lambda: http_call(gateway.base_url, "GET", "/readyz").status == 200,
-            COOLDOWN_S + PROBE_S + 2.0,
+            lambda: http_call(gateway.base_url, "GET", "/readyz").status == 200, PROBE_S + 2.0
         )
-        took = time.monotonic() - opened
+        took = time.monotonic() - advanced
         up = metric(gateway.base_url, "sluicegate_backend_healthy", backend="e0")
         sent = engine.inference_count() - reached
     assert failed == 502
-    assert (not_ready, down) == (503, 0.0)
+    assert (not_ready, down, cooling) == (503, 0.0, 503)
     assert ready, "readiness never came back"
-    assert took <= COOLDOWN_S + PROBE_S + 0.3
+    assert took <= PROBE_S + 0.3
     assert up == 1.0
     assert sent == 0

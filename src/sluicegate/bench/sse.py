@@ -1,9 +1,10 @@
 """Parsing of OpenAI-style responses for the load generator: SSE streams and JSON bodies.
 
-An SSE stream is a sequence of events separated by blank lines; an event's ``data:``
-lines are joined with newlines (the SSE rule), and ``data: [DONE]`` ends an OpenAI
-stream. Lines arrive whole from ``aiohttp``'s line iterator however the bytes were
-split across TCP reads, so the parser only has to assemble events from lines.
+An SSE stream is framed into events by the gateway's own splitter
+(``sluicegate.gateway.sse.SseSplitter``: events end at a blank line, an event's
+``data:`` lines are joined with newlines, an unfinished event is capped); ``data:
+[DONE]`` ends an OpenAI stream. Lines arrive whole from ``aiohttp``'s line
+iterator; each is timed here when it arrives.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import math
 
 import orjson
 
-from sluicegate.bench.records import STREAM_ERROR
+from sluicegate.bench.records import INVALID_RESPONSE, STREAM_ERROR
+from sluicegate.gateway.sse import SseSplitter
 
 _DONE = b"[DONE]"
 
@@ -60,11 +62,11 @@ class StreamStats:
     (chunks − 1), and the maximum), so no per-chunk list is kept.
     """
 
-    __slots__ = ("_data", "_prev_s", "chunks", "done_s", "error", "finish_reason", "first_s",
+    __slots__ = ("_prev_s", "_splitter", "chunks", "done_s", "error", "finish_reason", "first_s",
                  "itl_max_s", "last_s", "streamed", "usage_tokens")  # fmt: skip
 
     def __init__(self) -> None:
-        self._data: list[bytes] = []
+        self._splitter = SseSplitter()
         self._prev_s: float | None = None
         self.chunks = 0
         self.first_s: float | None = None
@@ -89,15 +91,18 @@ class StreamStats:
         return (self.last_s - self.first_s) / (self.chunks - 1)
 
     def feed_line(self, raw: bytes, now: float) -> None:
-        """One line of the stream (with or without its line ending), received at ``now``."""
+        """One line of the stream (with or without its line ending), received at ``now``.
+
+        An empty ``raw`` ends the line before it, so ``feed_line(b"", now)`` at the end of
+        the body dispatches an event left without its blank line.
+        """
         self.streamed = True
-        line = raw.rstrip(b"\r\n")
-        if not line:
-            self._dispatch(now)
-        elif line.startswith(b"data:"):
-            data = line[5:]
-            self._data.append(data[1:] if data.startswith(b" ") else data)
-        # other fields (event:, id:, retry:) and comments (":") carry nothing we measure
+        splitter = self._splitter
+        _, payloads = splitter.feed(raw if raw.endswith(b"\n") else raw + b"\n")
+        for payload in payloads:
+            self._dispatch(payload, now)
+        if splitter.overflowed and not self.error:
+            self.error = INVALID_RESPONSE
 
     def feed_json(self, body: bytes, now: float) -> bool:
         """A whole (non-streamed) JSON response; ``False`` if it is not a JSON object."""
@@ -110,12 +115,8 @@ class StreamStats:
         self._absorb(payload, now, count_content=False)
         return True
 
-    def _dispatch(self, now: float) -> None:
-        if not self._data:
-            return
-        data = b"\n".join(self._data)
-        self._data.clear()
-        if data.strip() == _DONE:
+    def _dispatch(self, data: bytes, now: float) -> None:
+        if data == _DONE:
             self.done_s = now
             return
         try:

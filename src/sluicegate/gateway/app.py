@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Mapping
 
 import uvicorn
@@ -15,6 +16,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from sluicegate.config import Config, ConfigError
+from sluicegate.gateway.clock import Clock, OffsetClock
 from sluicegate.gateway.errors import error_response
 from sluicegate.gateway.handlers import PATHS, InferenceHandler
 from sluicegate.gateway.ops import Ops
@@ -77,24 +79,34 @@ def connection_limits(config: Config) -> ConnectionLimits:
 
 
 def build_app(
-    config: Config, *, environ: Mapping[str, str] | None = None, scrape: bool = True
+    config: Config,
+    *,
+    environ: Mapping[str, str] | None = None,
+    scrape: bool = True,
+    clock: Clock = time.monotonic,
 ) -> GatewayApp:
     """The gateway for ``config`` (API keys read from ``environ``, default ``os.environ``).
 
-    Serve it with ``uvicorn_protocol_kwargs(connection_limits(config))`` so the
-    header, body and write-buffer limits hold (``serve`` does).
+    ``clock`` is the scheduling clock (``gateway/clock.py``); a test may pass an
+    ``OffsetClock`` and advance it. Serve the app with
+    ``uvicorn_protocol_kwargs(connection_limits(config))`` so the header, body and
+    write-buffer limits hold (``serve`` does).
     """
     _check_servable(config)
-    state = GatewayState(config, environ)
+    state = GatewayState(config, environ, clock=clock)
     ops = Ops(state)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await state.upstream.start()
         poller = asyncio.create_task(poll_forever(state)) if scrape else None
+        if isinstance(clock, OffsetClock):
+            clock.watch(asyncio.get_running_loop(), state.driver.clock_jumped)
         try:
             yield
         finally:
+            if isinstance(clock, OffsetClock):
+                clock.unwatch(state.driver.clock_jumped)
             if poller is not None:
                 poller.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -1,9 +1,20 @@
 """Rebuild a non-streaming OpenAI answer from a stream, so a preempted request keeps its text.
 
-A non-streaming request that may be preempted with ``abort`` is sent to the
-engine as a stream; the gateway gathers the chunks and answers with a normal
-completion body. When the request is preempted, the body holds what was
-generated so far, with ``finish_reason: "preempted"``.
+A non-streaming request that may be preempted with ``abort`` (or whose engine is
+llama.cpp) is sent to the engine as a stream; the gateway gathers the events and
+answers with a normal completion body. When the request is preempted, the body
+holds what was generated so far, with ``finish_reason: "preempted"``.
+
+The work is arranged to be cheap per event, since a long answer is hundreds of
+them. Until the first output arrives, each read is read into events at once
+(its time is the time to first token). After that a read is only appended and
+its ``data:`` fields counted; every ``DIGEST_BYTES`` of reads, and at the end,
+the held reads are framed into events by the shared ``SseSplitter`` in a few
+bulk calls. An event is parsed at most once, and most are not parsed at all: the
+latest plain content delta parsed is the ``DeltaTemplate``, and every later event
+that is the same bytes around a different JSON string is that delta with other
+text, whose string is kept as it came. All kept strings are decoded in one call
+at the end, and the body is built once.
 """
 
 from __future__ import annotations
@@ -13,6 +24,11 @@ import time
 import orjson
 
 from sluicegate.gateway.classify import Endpoint
+from sluicegate.gateway.delta_template import DeltaTemplate, decoded_tokens
+from sluicegate.gateway.scanner import DONE
+from sluicegate.gateway.sse import SseSplitter, payloads_of
+
+DIGEST_BYTES = 16 * 1024
 
 # Fields whose streamed form this assembler does not merge: such requests are
 # forwarded untouched instead.
@@ -47,59 +63,189 @@ def _counts(usage: dict[str, object]) -> dict[str, object]:
 
 
 class StreamAssembler:
-    """Collects the content, finish reason and usage of an OpenAI event stream."""
+    """Reads an OpenAI event stream and builds the non-streaming answer it amounts to.
+
+    ``feed`` each read of the stream and ``close`` at its end; ``done``, ``error``
+    (the engine sent an error event) and ``malformed`` (an event that is not a JSON
+    object, or an unfinished one past the size cap) tell how it went, as far as the
+    stream has been read into events; ``body`` builds the answer.
+    """
+
+    __slots__ = (
+        "_held",
+        "_held_bytes",
+        "_held_events",
+        "_key",
+        "_splitter",
+        "_template",
+        "_tokens",
+        "chunks",
+        "created",
+        "done",
+        "endpoint",
+        "error",
+        "finish_reason",
+        "id",
+        "malformed",
+        "model",
+        "usage",
+    )
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
-        self.parts: list[str] = []
+        self.created = int(time.time())  # wall-clock seconds, as OpenAI's "created"
+        self._key = b"content" if endpoint == "chat" else b"text"
+        self._splitter = SseSplitter()
+        self._template: DeltaTemplate | None = None
+        self._held: list[bytes] = []  # reads not yet read into events
+        self._held_bytes = 0
+        self._held_events = 0  # data: fields in them, an estimate of their chunks
+        # The texts in order, each as a JSON string token, decoded together at the end.
+        self._tokens: list[bytes] = []
+        self.chunks = 0  # content chunks (non-empty texts) read so far
+        self.done = False
+        self.error = False
+        self.malformed = False
         self.finish_reason: str | None = None
         self.usage: dict[str, object] | None = None
         self.id = ""
         self.model = ""
-        self.created = int(time.time())
-        self.done = False
-        self._partial = b""
 
-    def feed(self, data: bytes) -> None:
-        """Scan one read of the stream."""
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()
-        for line in lines:
-            if line.startswith(b"data:"):
-                self._event(line[5:].strip())
+    @property
+    def progress(self) -> int:
+        """Content chunks so far: those read, plus one per ``data:`` field of the held reads
+        (which may count an opening, closing or usage event as one)."""
+        return self.chunks + self._held_events
 
-    def _event(self, payload: bytes) -> None:
-        if payload == b"[DONE]":
-            self.done = True
+    def feed(self, chunk: bytes) -> bool:
+        """Take one read of the stream; return whether the answer's first output came with
+        it (true once at most)."""
+        if self.chunks:
+            self._held.append(chunk)
+            self._held_bytes += len(chunk)
+            self._held_events += chunk.count(b"data:")
+            if self._held_bytes >= DIGEST_BYTES:
+                self._digest()
+            return False
+        self._take(self._splitter.feed(chunk)[1])
+        return self.chunks > 0
+
+    def close(self) -> None:
+        """The stream ended: read what is held, and an event left without its blank line."""
+        self._digest()
+        self._take(self._splitter.close()[1])
+        self._text()
+
+    def _digest(self) -> None:
+        """Read the held reads into events: a run of template events in bulk, the rest one
+        by one."""
+        if not self._held:
             return
+        events = self._splitter.events(b"".join(self._held))
+        self._held.clear()
+        self._held_bytes = self._held_events = 0
+        template = self._template
+        if template is not None and events:
+            if b"\r" in events:
+                events = events.replace(b"\r\n", b"\n")
+            run = template.run(events)
+            if run is not None:
+                before, tokens, after = run
+                self._take(payloads_of(before))
+                self._tokens.extend(tokens)
+                self.chunks += len(tokens) - tokens.count(b'""')
+                self.id = template.id or self.id
+                self.model = template.model or self.model
+                self._take(payloads_of(after))
+                return
+        self._take(payloads_of(events) if events else [])
+
+    def _take(self, payloads: list[bytes]) -> None:
+        """Keep what the events of ``payloads`` say."""
+        if self._splitter.overflowed:
+            self.malformed = True
+        template, tokens = self._template, self._tokens
+        for payload in payloads:
+            if template is not None and (token := template.token(payload)) is not None:
+                tokens.append(token)
+                if len(token) > 2:
+                    self.chunks += 1
+                self.id = template.id or self.id
+                self.model = template.model or self.model
+            elif payload == DONE:
+                self.done = True
+            else:
+                self._parse(payload)
+                template = self._template
+
+    def _parse(self, payload: bytes) -> None:
+        """Keep what one event says, parsing it; the first plain delta becomes the template."""
         try:
             event = orjson.loads(payload)
         except orjson.JSONDecodeError:
-            return
+            event = None
         if not isinstance(event, dict):
+            self.malformed = True
             return
-        event_id, model = event.get("id"), event.get("model")
+        event_id, model, usage = event.get("id"), event.get("model"), event.get("usage")
         if isinstance(event_id, str) and event_id:
             self.id = event_id
         if isinstance(model, str) and model:
             self.model = model
-        usage = event.get("usage")
         if isinstance(usage, dict):
             self.usage = _counts(usage) or None
+        if "error" in event:
+            self.error = True
         choices = event.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             return
         choice = choices[0]
         delta = choice.get("delta")
         text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-        if isinstance(text, str):
-            self.parts.append(text)
-        if isinstance(choice.get("finish_reason"), str):
-            self.finish_reason = choice["finish_reason"]
+        finish = choice.get("finish_reason")
+        if isinstance(finish, str):
+            self.finish_reason = finish
+        if not isinstance(text, str):
+            return
+        self._tokens.append(orjson.dumps(text))
+        if not text:
+            return
+        self.chunks += 1
+        if finish is None and usage is None and "error" not in event and len(choices) == 1:
+            # A plain delta that had to be parsed is shaped unlike the template (the first
+            # one often carries the role too): the latest shape is the likeliest next.
+            self._template = DeltaTemplate.of(payload, event, self._key) or self._template
 
-    def body(self, *, prompt_tokens: int, finish_reason: str | None = None) -> bytes:
-        """The non-streaming answer (``finish_reason`` overrides the stream's own)."""
-        text = "".join(self.parts)
+    def _text(self) -> str:
+        """The text so far: the kept string tokens decoded in one call (an invalid one marks
+        the stream malformed and is left out)."""
+        tokens = self._tokens
+        strings = decoded_tokens(tokens)
+        if strings is None:
+            strings = []
+            for token in tokens:
+                one = decoded_tokens([token])
+                if one is None:
+                    self.malformed = True
+                else:
+                    strings.extend(one)
+        text = "".join(strings)
+        self._tokens = [orjson.dumps(text)] if tokens else []
+        return text
+
+    def body(
+        self,
+        *,
+        prompt_tokens: int,
+        finish_reason: str | None = None,
+        fallback_id: str = "",
+        fallback_model: str = "",
+    ) -> bytes:
+        """The non-streaming answer, from every whole event read (``finish_reason``
+        overrides the stream's own; the fallbacks stand in for an ``id``/``model`` the
+        stream never sent)."""
+        self._digest()
+        text = self._text()
         reason = finish_reason or self.finish_reason or "stop"
         choice: dict[str, object]
         if self.endpoint == "chat":
@@ -111,17 +257,16 @@ class StreamAssembler:
             kind = "text_completion"
         usage = self.usage
         if usage is None or finish_reason is not None:
-            completion = len([p for p in self.parts if p])
             usage = {
                 "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion,
-                "total_tokens": prompt_tokens + completion,
+                "completion_tokens": self.chunks,
+                "total_tokens": prompt_tokens + self.chunks,
             }
         body = {
-            "id": self.id,
+            "id": self.id or fallback_id,
             "object": kind,
             "created": self.created,
-            "model": self.model,
+            "model": self.model or fallback_model,
             "choices": [choice],
             "usage": usage,
         }

@@ -1,9 +1,10 @@
 """The asyncio driver of ``core.Scheduler``: real time, futures for waiters, one timer.
 
-Every scheduler event is fed ``time.monotonic()`` (the clock asyncio's loop
-uses), and every decision it returns is executed here: an ``Admit`` resolves
-the waiting request's future, a ``Preempt`` signals the running request's
-handle, and the single timer is re-armed at ``next_wakeup()``.
+Every scheduler event is fed the driver's clock (``time.monotonic()``, the clock
+asyncio's loop uses, unless another is injected: ``gateway/clock.py``), and
+every decision it returns is executed here: an ``Admit`` resolves the waiting
+request's future, a ``Preempt`` signals the running request's handle, and the
+single timer is re-armed at ``next_wakeup()``.
 """
 
 from __future__ import annotations
@@ -131,6 +132,12 @@ class SchedulerDriver:
                 continue
         self._arm_timer()
 
+    def clock_jumped(self) -> None:
+        """The clock moved ahead at once (a test's ``OffsetClock``): re-arm the timer at
+        ``next_wakeup()`` as seen from the new time."""
+        self._timer_at = None
+        self._arm_timer()
+
     def _arm_timer(self) -> None:
         wakeup = self.scheduler.next_wakeup()
         if wakeup == self._timer_at:
@@ -141,7 +148,7 @@ class SchedulerDriver:
         self._timer_at = wakeup
         if wakeup is not None:
             loop = asyncio.get_running_loop()
-            # asyncio's loop clock is time.monotonic, the same clock the scheduler runs on.
+            # The loop's clock need not be the scheduler's: hand it a delay, not a time.
             delay = max(0.0, wakeup - self._clock())
             self._timer = loop.call_at(loop.time() + delay, self._on_timer)
 

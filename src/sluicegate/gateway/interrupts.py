@@ -1,26 +1,26 @@
 """Interrupting one request's network waits: client gone, preempted, or a deadline passed.
 
-A request runs as one task. While it waits on the network it is *armed*; an
-interrupt then cancels the task, and the handler turns that cancellation into
-an ``WaitInterruptedError`` carrying the reason. Outside those waits an interrupt is only
-recorded, and the next ``arm`` raises it. This costs one flag per wait instead
-of a task and an ``asyncio.wait`` per wait.
+A request runs as one task. While it waits on the network it is *armed*
+(``with interrupts.waiting():``); an interrupt then cancels the task, and the
+wait turns that cancellation into a ``WaitInterruptedError`` carrying the
+reason. Outside those waits an interrupt is only recorded, and the next wait
+raises it at once. This costs one flag per wait instead of a task and an
+``asyncio.wait`` per wait.
 
-Deadlines are lazy: moving one forward is a float store, and its timer re-arms
-itself when it finds the deadline moved, so a stream of chunks costs no timer
-churn.
+The deadlines (``upstream``, ``client``) are ``LazyTimer``s: moving one forward
+is a float store, so a stream of chunks costs no timer churn.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import math
-from collections.abc import Callable
+
+from starlette.types import Receive
 
 from sluicegate.core.decisions import Preempt
-
-_NEVER = math.inf
+from sluicegate.gateway.driver import RunningHandle
+from sluicegate.gateway.timer import LazyTimer
 
 
 class Interrupt(enum.Enum):
@@ -40,57 +40,28 @@ class WaitInterruptedError(Exception):
         self.reason = reason
 
 
-class Deadline:
-    """A moment after which ``fire`` is called, cheap to move while it is pending."""
+class _Wait:
+    """The context of one interruptible wait (see ``Interruptible.waiting``)."""
 
-    __slots__ = ("_fire", "_handle", "_loop", "_when", "due")
+    __slots__ = ("_interrupts",)
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, fire: Callable[[], None]) -> None:
-        self._loop = loop
-        self._fire = fire
-        self._handle: asyncio.TimerHandle | None = None
-        self._when = _NEVER
-        self.due = _NEVER
+    def __init__(self, interrupts: Interruptible) -> None:
+        self._interrupts = interrupts
 
-    def after(self, seconds: float) -> None:
-        """Fire ``seconds`` from now unless moved or cleared before."""
-        due = self._loop.time() + seconds
-        self.due = due
-        if due < self._when:
-            if self._handle is not None:
-                self._handle.cancel()
-            self._when = due
-            self._handle = self._loop.call_at(due, self._check)
+    def __enter__(self) -> None:
+        self._interrupts._arm()
 
-    def clear(self) -> None:
-        """Never fire (the timer, if any, finds nothing due and stops)."""
-        self.due = _NEVER
-
-    def cancel(self) -> None:
-        """Stop the timer for good."""
-        self.due = _NEVER
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-            self._when = _NEVER
-
-    def _check(self) -> None:
-        self._handle = None
-        self._when = _NEVER
-        if self.due == _NEVER:
-            return
-        if self._loop.time() >= self.due:
-            self.due = _NEVER
-            self._fire()
-        else:
-            self._when = self.due
-            self._handle = self._loop.call_at(self.due, self._check)
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        interrupts = self._interrupts
+        interrupts._armed = False
+        if kind is asyncio.CancelledError:
+            raise interrupts._interrupted() from None
 
 
 class Interruptible:
     """The interrupt state of the current task's request."""
 
-    __slots__ = ("_armed", "_task", "client", "gone", "reason", "upstream")
+    __slots__ = ("_armed", "_task", "_wait", "client", "gone", "reason", "upstream")
 
     def __init__(self) -> None:
         task = asyncio.current_task()
@@ -99,10 +70,23 @@ class Interruptible:
         loop = task.get_loop()
         self._task = task
         self._armed = False
+        self._wait = _Wait(self)
         self.reason: Interrupt | None = None
         self.gone = False
-        self.upstream = Deadline(loop, lambda: self.fire(Interrupt.UPSTREAM_TIMEOUT))
-        self.client = Deadline(loop, lambda: self.fire(Interrupt.CLIENT_STALLED))
+        self.upstream = LazyTimer(loop, lambda: self.fire(Interrupt.UPSTREAM_TIMEOUT))
+        self.client = LazyTimer(loop, lambda: self.fire(Interrupt.CLIENT_STALLED))
+
+    def waiting(self) -> _Wait:
+        """``with interrupts.waiting(): await ...``: an interruptible wait.
+
+        Entering raises ``WaitInterruptedError`` at once if an interrupt came while
+        not waiting; an interrupt during the wait cancels the task, and leaving
+        turns that into ``WaitInterruptedError(reason)``. A cancellation that did
+        not come from an interrupt (shutdown) stays a cancellation. It is a plain
+        (not async) context manager on purpose: nothing can run between the end of
+        the wait and its disarming.
+        """
+        return self._wait
 
     def fire(self, reason: Interrupt) -> None:
         """Record ``reason`` (the first one wins) and cancel the task if it is waiting."""
@@ -118,26 +102,11 @@ class Interruptible:
         """The driver's preemption callback."""
         self.fire(Interrupt.PREEMPTED)
 
-    def arm(self) -> None:
-        """Enter a wait; raise at once if an interrupt came while not waiting."""
-        if self.reason is not None:
-            raise WaitInterruptedError(self.reason)
-        self._armed = True
-
-    def disarm(self) -> None:
-        """Leave a wait."""
-        self._armed = False
-
-    def interrupted(self) -> WaitInterruptedError:
-        """Call in ``except CancelledError`` during an armed wait: the interrupt to raise.
-
-        Re-raises the cancellation when it did not come from an interrupt (shutdown).
-        """
-        self._armed = False
-        if self.reason is None:
-            raise asyncio.CancelledError
-        self._task.uncancel()
-        return WaitInterruptedError(self.reason)
+    def follow(self, handle: RunningHandle) -> None:
+        """Be interrupted when the running ticket of ``handle`` is preempted (or already was)."""
+        handle.on_preempt = self.preempted
+        if handle.preempt is not None:
+            self.fire(Interrupt.PREEMPTED)
 
     def reset(self) -> None:
         """Forget a handled interrupt; a client that left stays gone."""
@@ -148,3 +117,25 @@ class Interruptible:
         self._armed = False
         self.upstream.cancel()
         self.client.cancel()
+
+    def _arm(self) -> None:
+        if self.reason is not None:
+            raise WaitInterruptedError(self.reason)
+        self._armed = True
+
+    def _interrupted(self) -> WaitInterruptedError:
+        """The interrupt that cancelled the armed wait; re-raises a foreign cancellation."""
+        self._armed = False
+        if self.reason is None:
+            raise asyncio.CancelledError
+        self._task.uncancel()
+        return WaitInterruptedError(self.reason)
+
+
+async def watch_disconnect(receive: Receive, interrupts: Interruptible) -> None:
+    """Turn the client's ``http.disconnect`` into an interrupt (one task per admitted request)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            interrupts.fire(Interrupt.DISCONNECTED)
+            return

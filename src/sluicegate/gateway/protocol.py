@@ -23,6 +23,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from sluicegate.gateway.errors import error_body
+from sluicegate.gateway.timer import LazyTimer
 
 ABORT_EXTENSION = "sluicegate.abort"
 
@@ -64,25 +65,22 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
     class GuardedHttpToolsProtocol(HttpToolsProtocol):
         """``HttpToolsProtocol`` plus the limits above."""
 
-        # One lazy timer per connection: moving the deadline is two stores; the timer
-        # re-arms itself when it finds the deadline moved, and stops when none is pending.
-        _guard: asyncio.TimerHandle | None = None
-        _guard_at = 0.0
-        _due = 0.0
+        # One lazy timer per connection for the header and body deadlines; ``_reply`` is
+        # what a breach is answered with (None: nothing is being timed).
+        _guard: LazyTimer
         _reply: bytes | None = None
         _header_bytes = 0
         _header_count = 0
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self._guard = LazyTimer(self.loop, self._check)
             super().connection_made(transport)  # type: ignore[arg-type]
             self.transport.set_write_buffer_limits(high=limits.write_buffer_bytes)
             self._arm(limits.header_timeout_s, _HEADER_TIMEOUT)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._reply = None
-            if self._guard is not None:
-                self._guard.cancel()
-                self._guard = None
+            self._guard.cancel()
             super().connection_lost(exc)
 
         def on_message_begin(self) -> None:
@@ -132,29 +130,18 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
             super().data_received(data)
 
         def _arm(self, seconds: float, reply: bytes) -> None:
-            due = self.loop.time() + seconds
-            self._due = due
             self._reply = reply
-            if self._guard is None or due < self._guard_at:
-                if self._guard is not None:
-                    self._guard.cancel()
-                self._guard_at = due
-                self._guard = self.loop.call_at(due, self._check)
+            self._guard.after(seconds)
 
         def _disarm(self) -> None:
             self._reply = None
+            self._guard.clear()
 
         def _check(self) -> None:
-            self._guard = None
             reply = self._reply
-            if reply is None:
-                return
-            if self.loop.time() < self._due:
-                self._guard_at = self._due
-                self._guard = self.loop.call_at(self._due, self._check)
-                return
-            self._reply = None
-            self._expire(reply)
+            if reply is not None:
+                self._reply = None
+                self._expire(reply)
 
         def _expire(self, reply: bytes) -> None:
             cycle = self.cycle

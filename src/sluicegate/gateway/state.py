@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 
 from sluicegate.config import Config
 from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.spec import ModelSpec, TenantSpec
 from sluicegate.gateway.auth import KeyRing
+from sluicegate.gateway.clock import Clock
 from sluicegate.gateway.driver import SchedulerDriver
 from sluicegate.gateway.metrics import GatewayMetrics
 from sluicegate.gateway.upstream import Upstream
@@ -20,10 +22,18 @@ class GatewayState:
     """Config, key ring, scheduler driver, metrics and upstream client of one gateway process.
 
     With no tenant API keys configured the gateway runs open: every request
-    belongs to one ``anonymous`` tenant with default limits.
+    belongs to one ``anonymous`` tenant with default limits. ``clock`` is the
+    scheduling clock (``gateway/clock.py``): the driver, and through it every
+    handler, the metrics and the ops endpoints, read time from it.
     """
 
-    def __init__(self, config: Config, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        environ: Mapping[str, str] | None = None,
+        *,
+        clock: Clock = time.monotonic,
+    ) -> None:
         env = os.environ if environ is None else environ
         self.config = config
         keys = config.api_keys(env)
@@ -46,7 +56,7 @@ class GatewayState:
             for backend in model.backends
         }
         self.scheduler = Scheduler(config.scheduler_spec())
-        self.driver = SchedulerDriver(self.scheduler)
+        self.driver = SchedulerDriver(self.scheduler, clock=clock)
         self.metrics = GatewayMetrics(self.scheduler, self._tenants, self.driver.now)
         self.upstream = Upstream(connect_timeout_s=config.server.upstream_connect_timeout_s)
 

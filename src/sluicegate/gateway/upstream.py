@@ -1,7 +1,7 @@
 """The pooled upstream HTTP client (aiohttp), with errors mapped once to gateway errors.
 
 Only the connect timeout is aiohttp's; first-byte and idle timeouts are the
-handler's deadlines (``interrupts.Deadline``), because aiohttp's read timeout
+handler's deadlines (``timer.LazyTimer``), because aiohttp's read timeout
 cannot tell waiting for a long answer's headers from silence mid-stream.
 """
 

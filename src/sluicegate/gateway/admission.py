@@ -1,0 +1,70 @@
+"""The verdict on a ticket: submit it, then wait, interruptibly, for ``Admit``, ``Reject``
+or ``Expire``.
+
+A client that leaves while its ticket waits is dropped at once (the ticket
+leaves its queue, counted ``cancelled``); a ``Reject`` or an ``Expire`` becomes
+the error the client is answered with, retry headers included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from sluicegate.core.decisions import Admit, Expire, Reject
+from sluicegate.core.ticket import Outcome
+from sluicegate.gateway.driver import SchedulerDriver, Verdict
+from sluicegate.gateway.errors import GatewayError
+from sluicegate.gateway.exchange import Exchange
+from sluicegate.gateway.interrupts import WaitInterruptedError
+
+
+def refusal(exchange: Exchange, verdict: Reject | Expire) -> GatewayError:
+    """End a refused ticket (counted with the refusal's outcome); the error to answer with."""
+    if isinstance(verdict, Reject):
+        exchange.finish(verdict.outcome)
+        return GatewayError(
+            verdict.status, verdict.code.value, verdict.message, retry_after_s=verdict.retry_after_s
+        )
+    exchange.finish(Outcome.EXPIRED)
+    return GatewayError(
+        503,
+        "queue_timeout",
+        "request waited too long in the queue",
+        retry_after_s=verdict.retry_after_s,
+    )
+
+
+def submit(exchange: Exchange, driver: SchedulerDriver) -> asyncio.Future[Verdict]:
+    """Hand the exchange's ticket to the scheduler; the future of its verdict. A ticket
+    refused at once raises its refusal here, before anything is set up to wait."""
+    waiting = driver.submit(exchange.ticket)
+    if waiting.done():
+        verdict = waiting.result()
+        if not isinstance(verdict, Admit):
+            raise refusal(exchange, verdict)
+    return waiting
+
+
+async def admission(exchange: Exchange, waiting: asyncio.Future[Verdict]) -> bool:
+    """Wait for the ticket's verdict.
+
+    True once admitted (``exchange.admit`` is set); False if the client left or the
+    scheduler dropped the ticket meanwhile (the exchange is then finished as
+    ``cancelled``); raises the refusal's ``GatewayError`` for a ``Reject`` or ``Expire``.
+    """
+    if waiting.cancelled():
+        exchange.finish(Outcome.CANCELLED)
+        return False
+    if waiting.done():
+        verdict = waiting.result()
+    else:
+        try:
+            with exchange.interrupts.waiting():
+                verdict = await waiting
+        except WaitInterruptedError:
+            exchange.finish(Outcome.CANCELLED)
+            return False
+    if not isinstance(verdict, Admit):
+        raise refusal(exchange, verdict)
+    exchange.admitted(verdict)
+    return True

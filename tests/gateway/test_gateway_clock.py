@@ -1,0 +1,95 @@
+"""The gateway's injectable scheduling clock: queue timeouts and rate-limit refills pass when
+a test advances an ``OffsetClock``, over real HTTP in front of a real emulated engine."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import pytest
+from clock_harness import clocked_gateway
+from gateway_harness import (
+    FAST_PRIORS,
+    MODEL,
+    Reply,
+    Stack,
+    assert_retry_headers,
+    engine_server,
+    http_call,
+    model_state,
+    open_stream,
+    openai_error,
+    wait_until,
+)
+
+from sluicegate.gateway.clock import OffsetClock
+
+TIMEOUT_S = 600.0
+LONG_QUEUE = f"""    max_concurrency: 1
+{FAST_PRIORS}    lanes:
+      - {{name: interactive, max_concurrency: 1, max_queue: 4, queue_timeout_s: {TIMEOUT_S}}}
+"""
+PER_S = 0.01  # one request per 100 s
+SLOW_TENANT = f"""tenants:
+  - {{name: a, api_key_env: KEY_A, requests_per_s: {PER_S}, burst_requests: 1}}
+"""
+SMALL = {"model": MODEL, "prompt": "hi", "max_tokens": 3, "ignore_eos": True}
+
+
+def _post(gateway: Stack, key: str | None = None) -> tuple[float, Reply]:
+    start = time.monotonic()
+    reply = http_call(gateway.base_url, "POST", "/v1/completions", json=SMALL, key=key)
+    return time.monotonic() - start, reply
+
+
+def test_offset_clock_moves_with_time_and_jumps_forward_only() -> None:
+    """An ``OffsetClock`` reads monotonic time plus what was advanced, and refuses to go
+    back."""
+    clock = OffsetClock()
+    before = time.monotonic()
+    clock.advance(100.0)
+    reading = clock()
+    assert before + 100.0 <= reading <= time.monotonic() + 100.0
+    with pytest.raises(ValueError, match="only moves forward"):
+        clock.advance(-1.0)
+
+
+async def test_a_queue_timeout_passes_when_the_clock_is_advanced() -> None:
+    """A request queued behind a running one with a 600 s queue timeout is still queued after
+    0.3 s of real time; advancing the gateway's clock by 600 s expires it at once: 503
+    ``queue_timeout`` with retry headers, within 2 s of real time in all."""
+    with engine_server() as engine, clocked_gateway([engine.port], LONG_QUEUE) as (gw, clock):
+        async with aiohttp.ClientSession() as session:
+            holder = await open_stream(session, gw.base_url)
+            waiting = asyncio.ensure_future(asyncio.to_thread(_post, gw))
+            queued = await asyncio.to_thread(
+                wait_until, lambda: model_state(gw.base_url)["queued"] == 1, 2.0
+            )
+            await asyncio.sleep(0.3)
+            still_queued = not waiting.done() and model_state(gw.base_url)["queued"] == 1
+            clock.advance(TIMEOUT_S)
+            elapsed, reply = await asyncio.wait_for(waiting, 5.0)
+            holder.close()
+    assert queued
+    assert still_queued
+    assert reply.status == 503
+    assert openai_error(reply)["code"] == "queue_timeout"
+    assert_retry_headers(reply)
+    assert elapsed < 2.0
+
+
+def test_a_rate_limit_refills_when_the_clock_is_advanced() -> None:
+    """A tenant allowed one request per 100 s (burst 1) is refused the second with a
+    retry-after of about 100 s; once the gateway's clock has moved 100 s on, the third is
+    served."""
+    env = {"KEY_A": "sk-slow"}
+    with (
+        engine_server() as engine,
+        clocked_gateway([engine.port], SLOW_TENANT, environ=env) as (gw, clock),
+    ):
+        first, second = _post(gw, "sk-slow")[1], _post(gw, "sk-slow")[1]
+        clock.advance(1.0 / PER_S)
+        third = _post(gw, "sk-slow")[1]
+    assert (first.status, second.status, third.status) == (200, 429, 200)
+    assert 99_000 <= int(second.headers["retry-after-ms"]) <= 100_000
