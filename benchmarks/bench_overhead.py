@@ -52,7 +52,6 @@ import aiohttp
 import numpy as np
 import orjson
 from rich.console import Console
-from rich.table import Table
 
 from mdsection import write_section
 from sluicegate.bench.loadgen import (
@@ -64,7 +63,8 @@ from sluicegate.bench.loadgen import (
 )
 from sluicegate.bench.records import RequestRecord
 from sluicegate.demo.processes import Children, children, free_port
-from sluicegate.sim.request import WorkloadRequest
+from sluicegate.outcomes import WorkloadRequest
+from tables import Grid, bar_row, bars_grid, cells, markdown, percentile_ms, render
 
 BAR_P50_MS = 1.0
 BAR_P99_MS = 5.0
@@ -88,14 +88,6 @@ models:
       - {{name: best_effort, max_concurrency: 8, max_queue: 8192, queue_timeout_s: 600,
           slo_ms: 600000, policy: fifo, preemptible: always}}
 """
-
-Grid = tuple[str, list[str], list[list[str]]]
-"""A titled table: (title, headers, rows), rendered to the console and to Markdown."""
-
-
-def cells(text: str) -> list[str]:
-    """Split a ``|``-separated row into its cells."""
-    return text.split("|")
 
 
 def start_targets(group: Children, preset: str, log_dir: Path) -> dict[str, str]:
@@ -184,10 +176,6 @@ async def interleaved(
     return dict(zip(TARGETS, results, strict=True))
 
 
-def _ms(values: Sequence[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values) * 1000.0, q)) if values else math.nan
-
-
 def latency_table(
     title: str,
     results: dict[str, LoadResult],
@@ -211,14 +199,17 @@ def latency_table(
     rows, deltas = [], {}
     for name, res in results.items():
         vals = list(values[name].values())
-        pcts = [_ms(vals, q) for q in (50, 90, 99)]
-        added = [p - _ms(list(base.values()), q) for p, q in zip(pcts, (50, 90, 99), strict=True)]
+        pcts = [percentile_ms(vals, q) for q in (50, 90, 99)]
+        added = [
+            p - percentile_ms(list(base.values()), q)
+            for p, q in zip(pcts, (50, 90, 99), strict=True)
+        ]
         paired = [values[name][i] - base[i] for i in values[name].keys() & base.keys()]
         row = [name, str(len(vals)), str(len(res.records) - len(vals)), *(f"{p:.2f}" for p in pcts)]
         if name == "direct":
             row += ["—"] * 4
         else:
-            row += [f"{a:+.2f}" for a in added] + [f"{_ms(paired, 50):+.2f}"]
+            row += [f"{a:+.2f}" for a in added] + [f"{percentile_ms(paired, 50):+.2f}"]
         lag = f"{res.launch_lag_p99_s * 1000:.2f}"
         rows.append([*row, lag, _us(cpu_us.get(name, math.nan))])
         if name == "sluicegate":
@@ -348,10 +339,10 @@ async def step(
     launches = sorted(s[0] + s[1] for s in samples)
     achieved = (len(ends) - 1) / (ends[-1] - ends[0]) if len(ends) > 1 else 0.0
     launched = (len(launches) - 1) / max(launches[-1] - launches[0], 1e-9)
-    p99 = _ms([s[2] for s in ok], 99)
+    p99 = percentile_ms([s[2] for s in ok], 99)
     errors = Counter(s[3] for s in samples if s[3])
     passed = not errors and achieved >= KEEP_PACE * rate and p99 < args.p99_limit_ms
-    lag = _ms([s[1] for s in samples], 99)
+    lag = percentile_ms([s[1] for s in samples], 99)
     return Step(target, n, rate, launched, achieved, p99, errors, lag, cpu_s, wall, passed)
 
 
@@ -498,7 +489,7 @@ def ceiling_grid(steps: dict[str, list[Step]], probes: dict[str, Probe]) -> Grid
     return "Max sustained throughput", cells(headers), rows
 
 
-def bars_grid(
+def overhead_bars(
     deltas: dict[str, float], steps: dict[str, list[Step]], probes: dict[str, Probe]
 ) -> Grid:
     """The DESIGN §13 overhead bars with the margin by which each holds or fails."""
@@ -506,52 +497,19 @@ def bars_grid(
     cpu_ratio = cost_us(steps["pass-through"], "pass-through") / cost_us(
         steps["sluicegate"], "sluicegate"
     )
-    checks = [
-        ("added p50 (sluicegate − direct)", deltas["p50"], BAR_P50_MS, "ms", True),
-        ("added p99 (sluicegate − direct)", deltas["p99"], BAR_P99_MS, "ms", True),
-        (
-            "throughput vs pass-through",
-            probes["sluicegate"].lo / base * 100 if base > 0 else math.nan,
-            BAR_RATIO * 100,
-            "%",
-            False,
+    throughput = probes["sluicegate"].lo / base * 100 if base > 0 else math.nan
+    rows = [
+        bar_row("added p50 (sluicegate − direct)", deltas["p50"], BAR_P50_MS, "ms", upper=True),
+        bar_row("added p99 (sluicegate − direct)", deltas["p99"], BAR_P99_MS, "ms", upper=True),
+        bar_row("throughput vs pass-through", throughput, BAR_RATIO * 100, "%", upper=False),
+        bar_row(
+            "same, from proxy CPU per request", cpu_ratio * 100, BAR_RATIO * 100, "%", upper=False
         ),
-        ("same, from proxy CPU per request", cpu_ratio * 100, BAR_RATIO * 100, "%", False),
     ]
-    rows = []
-    for label, value, limit, unit, upper in checks:
-        ok = value <= limit if upper else value >= limit
-        margin = (limit - value) if upper else (value - limit)
-        word = "holds with" if ok else "FAILS by"
-        rows.append(
-            cells(
-                f"{label}|{value:.2f} {unit}|{'≤' if upper else '≥'} {limit:g} {unit}|"
-                f"{'yes' if ok else 'NO'}|{word} {abs(margin):.2f} {unit}"
-            )
-        )
-    return "DESIGN §13 overhead bars", ["bar", "measured", "limit", "meets", "margin"], rows
+    return bars_grid(rows, "DESIGN §13 overhead bars")
 
 
 # ---------------------------------------------------------------------- output
-
-
-def render(console: Console, grid: Grid) -> None:
-    """Print a grid as a rich table."""
-    title, headers, rows = grid
-    table = Table(title=title)
-    for i, header in enumerate(headers):
-        table.add_column(header, justify="left" if i == 0 else "right")
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
-
-
-def markdown(grid: Grid) -> list[str]:
-    """A grid as a Markdown table under a bold title."""
-    title, headers, rows = grid
-    align = ["---"] + ["---:"] * (len(headers) - 1)
-    lines = [f"**{title}**", "", "| " + " | ".join(headers) + " |", "|" + "|".join(align) + "|"]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows] + [""]
 
 
 def section(command: str, args: argparse.Namespace, others: float, grids: list[Grid]) -> str:
@@ -673,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
             with asyncio.Runner(loop_factory=_fast_loop if fast else None) as runner:
                 steps, probes = runner.run(saturation(urls, args, console))
     grids += [ceiling_grid(steps, probes), steps_grid(steps)]
-    bars = bars_grid(deltas, steps, probes)
+    bars = overhead_bars(deltas, steps, probes)
     for grid in [*grids, bars]:
         render(console, grid)
     console.print(f"background load during the latency run: {deltas['others']:.2f} cores")

@@ -32,12 +32,8 @@ import numpy as np
 
 from livestack import (
     CpuMeter,
-    Grid,
     LiveStack,
     Process,
-    bar_row,
-    bars_grid,
-    cells,
     live_stack,
     wide_console,
     write_report,
@@ -46,11 +42,12 @@ from sluicegate.bench.loadgen import run_load
 from sluicegate.bench.records import RequestRecord
 from sluicegate.config import parse_config
 from sluicegate.engine.presets import preset
+from sluicegate.outcomes import WorkloadRequest
 from sluicegate.sim.driver import simulate
-from sluicegate.sim.metrics import SimResult
-from sluicegate.sim.request import WorkloadRequest
+from sluicegate.sim.result import SimResult
 from sluicegate.sim.run import with_policy
 from sluicegate.sim.workloads import apply_mix, load_workload, parse_mix, scale_rate, window
+from tables import Grid, bar_row, bars_grid, cells
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"

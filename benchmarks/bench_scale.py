@@ -35,16 +35,10 @@ import orjson
 from rich.console import Console
 
 from livestack import (
-    Grid,
     LiveStack,
     Process,
-    bar_row,
-    bars_grid,
-    cells,
     gauge,
     live_stack,
-    ms,
-    percentile_ms,
     raise_open_files,
     wide_console,
     write_report,
@@ -52,7 +46,8 @@ from livestack import (
 from sluicegate.bench.loadgen import run_load
 from sluicegate.bench.records import RequestRecord
 from sluicegate.config import ServerSpec
-from sluicegate.sim.request import WorkloadRequest
+from sluicegate.outcomes import WorkloadRequest
+from tables import Grid, bar_row, bars_grid, cells, ms, percentile_ms
 
 HOLD, FAST = "hold", "fast"
 HOLD_TOKENS = 100_000

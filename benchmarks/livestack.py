@@ -3,9 +3,8 @@ costs the machine (/proc), the gateway's gauges, and the Markdown section around
 
 ``bench_overload``, ``bench_policies`` and ``bench_scale`` start their processes
 through ``LiveStack`` (``python -m sluicegate emulate|serve`` on free loopback
-ports, stopped on exit, logs printed if one fails to start). Tables are the
-``Grid`` of ``bench_overhead``, printed with its ``render`` and written with its
-``markdown``.
+ports, stopped on exit, logs printed if one fails to start). Their tables are
+``tables.Grid``s, which ``write_report`` prints and writes.
 """
 
 from __future__ import annotations
@@ -26,35 +25,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
-import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
-from bench_overhead import Grid, cells, markdown, render
 from mdsection import write_section
 from sluicegate.demo.processes import Children, children, free_port
+from tables import Grid, markdown, render
 
 __all__ = [
     "CpuMeter",
-    "Grid",
     "LiveStack",
     "Process",
-    "bar_row",
-    "bars_grid",
-    "cells",
     "gauge",
     "live_stack",
     "machine_busy_s",
-    "markdown",
-    "ms",
-    "percentile_ms",
     "raise_open_files",
-    "render",
     "wide_console",
     "write_report",
 ]
-
-BAR_HEADERS = ["bar", "measured", "limit", "meets", "margin"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,36 +234,6 @@ def raise_open_files(wanted: int) -> int:
     return soft
 
 
-def percentile_ms(values_s: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile of ``values_s`` (seconds) in milliseconds; NaN if empty."""
-    if not values_s:
-        return math.nan
-    return float(np.percentile(np.asarray(values_s, dtype=np.float64), q)) * 1000.0
-
-
-def ms(value: float, digits: int = 1) -> str:
-    """A millisecond figure for a table, ``—`` for NaN."""
-    return "—" if math.isnan(value) else f"{value:.{digits}f}"
-
-
-def bar_row(
-    label: str, value: float, limit: float, unit: str, *, upper: bool, digits: int = 2
-) -> list[str]:
-    """One row of a bars table: measured, limit, whether it holds and by what margin."""
-    bound = f"{'≤' if upper else '≥'} {limit:g} {unit}".rstrip()
-    if math.isnan(value):
-        return [label, "—", bound, "NO", "not measured"]
-    ok = value <= limit if upper else value >= limit
-    word = "holds with" if ok else "FAILS by"
-    return [
-        label,
-        f"{value:.{digits}f} {unit}".rstrip(),
-        bound,
-        "yes" if ok else "NO",
-        f"{word} {abs(limit - value):.{digits}f} {unit}".rstrip(),
-    ]
-
-
 def wide_console() -> Console:
     """A console that does not wrap tables when output goes to a file or pipe."""
     return Console(width=None if sys.stdout.isatty() else 220)
@@ -319,8 +277,3 @@ def write_report(
         lines += markdown(grid)
     write_section(args.write, section, "\n".join(lines).rstrip("\n"))
     out.print(f"wrote {args.write}")
-
-
-def bars_grid(rows: list[list[str]], title: str) -> Grid:
-    """A bars table from ``bar_row`` rows."""
-    return title, BAR_HEADERS, rows

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
+from dataclasses import fields
 
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ from sluicegate.bench import (
     status_class,
     summarize,
 )
+from sluicegate.outcomes import OutcomeStats
 
 
 def _rec(
@@ -31,6 +34,7 @@ def _rec(
     deadline_ms: float | None = None,
     tokens: int = 10,
     scheduled_s: float = 0.0,
+    launch_lag_s: float = 0.0,
 ) -> RequestRecord:
     return RequestRecord(
         index=index,
@@ -41,7 +45,7 @@ def _rec(
         max_tokens=tokens,
         deadline_ms=deadline_ms,
         scheduled_s=scheduled_s,
-        launch_lag_s=0.0,
+        launch_lag_s=launch_lag_s,
         status=status,
         error="" if status == 200 else "queue_full",
         queue_ms=queue_ms,
@@ -109,11 +113,43 @@ def test_slo_attainment_counts_rejections_as_misses_and_prefers_own_deadline() -
     assert lane.slo_ms == 1000.0
 
 
-def test_slo_on_ttft_uses_time_to_first_token() -> None:
-    """With ``slo_on="ttft"``, the SLO bounds TTFT instead of end-to-end."""
-    records = [_rec(0, e2e_s=5.0, ttft_s=0.05), _rec(1, e2e_s=5.0, ttft_s=0.5)]
-    lane = _by_lane(summarize(records, {"interactive": 100.0}, slo_on="ttft"))["interactive"]
-    assert lane.slo_attainment == pytest.approx(0.5)
+def test_deadlines_run_from_the_launch_not_the_schedule() -> None:
+    """A request launched late by the generator is judged on the server's latency alone."""
+    records = [_rec(0, e2e_s=0.5, launch_lag_s=2.0), _rec(1, e2e_s=1.5, launch_lag_s=0.0)]
+    lane = _by_lane(summarize(records, {"interactive": 1000.0}))["interactive"]
+    assert lane.slo_attainment == pytest.approx(1 / 2)
+    assert lane.e2e.p50 == pytest.approx(1.0)
+
+
+def test_shared_figures_are_the_shared_summary_of_the_outcomes() -> None:
+    """Every figure ``OutcomeStats`` defines equals its value over ``as_outcome`` records."""
+    records = [
+        _rec(0, e2e_s=0.5, queue_ms=20.0),
+        _rec(1, e2e_s=1.5, deadline_ms=2000.0, scheduled_s=1.0),
+        _rec(2, status=429),
+        _rec(3, lane="batch", e2e_s=3.0, queue_ms=5.0),
+    ]
+    slos = {"interactive": 1000.0}
+    overall = _by_lane(summarize(records, slos, span_s=5.0))[OVERALL]
+    shared = OutcomeStats.of([r.as_outcome(slos.get(r.lane)) for r in records], 5.0)
+    assert {f.name: getattr(overall, f.name) for f in fields(OutcomeStats)} == {
+        f.name: getattr(shared, f.name) for f in fields(OutcomeStats)
+    }
+    assert overall.slo_attainment == pytest.approx(3 / 4)  # batch has no SLO: completing is good
+    assert dict(overall.outcomes) == {"completed": 3, "queue_full": 1}
+
+
+def test_queue_wait_counts_every_admitted_request_and_throughput_every_token() -> None:
+    """An admitted request whose stream broke off has a queue wait and produced tokens."""
+    broken = dataclasses.replace(
+        _rec(1, queue_ms=40.0, tokens=6), error="stream_interrupted", output_tokens=6
+    )
+    summary = _by_lane(summarize([_rec(0, queue_ms=20.0, tokens=4), broken], span_s=2.0))[OVERALL]
+    assert summary.queue_wait.count == 2
+    assert summary.queue_wait.mean == pytest.approx(0.03)
+    assert summary.succeeded == 1
+    assert summary.throughput_tokens_per_s == pytest.approx(5.0)
+    assert summary.goodput_tokens_per_s == pytest.approx(2.0)
 
 
 def test_attainment_is_none_without_any_slo() -> None:

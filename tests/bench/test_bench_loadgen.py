@@ -20,7 +20,7 @@ from sluicegate.bench import (
     synthetic_prompt,
 )
 from sluicegate.bench.sse import StreamStats, error_code
-from sluicegate.sim.request import WorkloadRequest
+from sluicegate.outcomes import WorkloadRequest
 
 KEYS = {"a": "key-a", "limited": LIMITED_KEY}
 

@@ -83,3 +83,57 @@ def test_ok_requires_2xx_and_no_error() -> None:
     )  # fmt: skip
     assert base.ok
     assert not broken.ok
+
+
+def _measured(**fields: object) -> RequestRecord:
+    """A streamed 200 launched 0.5 s late at 10.5 s: TTFT 0.25 s, end-to-end 2 s."""
+    values: dict[str, object] = {
+        "index": 7, "tenant": "t", "lane": "interactive", "priority": 1, "prompt_tokens": 30,
+        "max_tokens": 64, "deadline_ms": None, "scheduled_s": 10.0, "launch_lag_s": 0.5,
+        "status": 200, "error": "", "queue_ms": 100.0, "retry_after_s": None, "ttft_s": 0.25,
+        "e2e_s": 2.0, "output_tokens": 40, "itl_mean_s": 0.01, "itl_max_s": 0.02,
+        "finish_reason": "stop",
+    }  # fmt: skip
+    values.update(fields)
+    return RequestRecord(**values)  # type: ignore[arg-type]
+
+
+def test_as_outcome_measures_from_the_launch() -> None:
+    """Arrival is the launch; admission, first token, finish and deadline follow from it."""
+    outcome = _measured().as_outcome(3000.0)
+    assert outcome.outcome == "completed"
+    assert (outcome.index, outcome.tenant, outcome.priority) == (7, "t", 1)
+    assert outcome.lane == "interactive"
+    assert (outcome.arrival_s, outcome.admit_s) == (10.5, pytest.approx(10.6))
+    assert (outcome.first_token_s, outcome.finish_s, outcome.deadline_s) == (10.75, 12.5, 13.5)
+    assert (outcome.ttft_s, outcome.e2e_s, outcome.queue_wait_s) == (0.25, 2.0, pytest.approx(0.1))
+    assert (outcome.prompt_tokens, outcome.output_tokens, outcome.generated_tokens) == (30, 64, 40)
+    assert (outcome.replica, outcome.requeues) == (None, 0)
+    assert outcome.good
+
+
+def test_as_outcome_prefers_the_own_deadline_and_may_have_none() -> None:
+    """Own ``deadline_ms`` beats the lane's SLO; with neither there is no deadline."""
+    assert _measured(deadline_ms=1000.0).as_outcome(3000.0).deadline_s == 11.5
+    assert not _measured(deadline_ms=1000.0).as_outcome(3000.0).good
+    no_deadline = _measured().as_outcome(None)
+    assert no_deadline.deadline_s is None
+    assert no_deadline.good
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "expected"),
+    [
+        (429, "rate_limited", "rate_limited"),
+        (503, "queue_timeout", "queue_timeout"),
+        (500, "", "http_500"),
+        (0, "connection_error", "connection_error"),
+        (200, "stream_interrupted", "stream_interrupted"),
+    ],
+)
+def test_as_outcome_names_a_failure_by_its_error(status: int, error: str, expected: str) -> None:
+    """Anything but a clean 2xx ends with its error code (or its status), never completed."""
+    outcome = _measured(status=status, error=error).as_outcome(3000.0)
+    assert outcome.outcome == expected
+    assert not outcome.good
+    assert outcome.e2e_s is None

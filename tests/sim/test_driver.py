@@ -19,10 +19,14 @@ from hypothesis import strategies as st
 from sluicegate.core.spec import BackendSpec, LaneSpec, ModelSpec, SchedulerSpec, TenantSpec
 from sluicegate.core.ticket import Outcome
 from sluicegate.engine import Engine, StepResult, preset
-from sluicegate.sim import driver
-from sluicegate.sim.driver import ChainPoint, Replica, simulate, with_replicas
-from sluicegate.sim.metrics import TOO_LARGE, SimRequest, SimResult, summarize
-from sluicegate.sim.request import WorkloadRequest
+from sluicegate.outcomes import WorkloadRequest
+from sluicegate.sim import replica as replica_module
+from sluicegate.sim.driver import simulate, with_replicas
+from sluicegate.sim.events import ChainPoint, EventQueue
+from sluicegate.sim.live import SimRequest
+from sluicegate.sim.metrics import summarize
+from sluicegate.sim.replica import Replica
+from sluicegate.sim.result import TOO_LARGE, SimResult
 
 TINY = preset("tiny")
 OUTCOMES = {o.value for o in Outcome} | {TOO_LARGE}
@@ -172,7 +176,7 @@ class RecordingEngine(Engine):
 def test_preempt_decisions_reach_the_engine_as_aborts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each preempted request was aborted on its engine, and nothing else was."""
     RecordingEngine.aborted = []
-    monkeypatch.setattr(driver, "Engine", RecordingEngine)
+    monkeypatch.setattr(replica_module, "Engine", RecordingEngine)
     base, workload = mixed_trouble()
     result = run(base, workload)
     preempted = sorted(str(rec.index) for rec in result.records if rec.outcome == "preempted")
@@ -276,7 +280,7 @@ def test_progress_reports_virtual_time_up_to_the_end() -> None:
 
 def test_an_abort_drops_the_tokens_of_the_step_in_flight() -> None:
     """Tokens of a step not yet applied are not counted as produced when a request is aborted."""
-    replica = Replica(0, "r0", TINY, seed=0)
+    replica = Replica(0, "r0", TINY, 0, EventQueue())
     request = SimRequest(0, WorkloadRequest(0.0, 20, 50, 50))
     replica.add(request, 0.0)
     results = [replica.start_step(step * 0.01) for step in range(3)]
@@ -285,6 +289,26 @@ def test_an_abort_drops_the_tokens_of_the_step_in_flight() -> None:
     assert replica.engine.generated(request.eid) == 3
     assert replica.abort(request, 0.025) == 2
     assert request.eid not in replica.running
+
+
+def test_busy_and_slot_time_count_overlapping_steps_once() -> None:
+    """Busy time is the union of the steps' intervals, slot time that weighed by the batch;
+    a step started where the last ended adds its whole duration."""
+    replica = Replica(0, "r0", TINY, 0, EventQueue())
+    replica.add(SimRequest(0, WorkloadRequest(0.0, 20, 50, 50)), 0.0)
+    first = replica.start_step(0.0)
+    assert first is not None
+    second = replica.start_step(first.duration_s / 2)  # starts while the first is in flight
+    third = replica.start_step(10.0)  # after an idle gap
+    assert second is not None
+    assert third is not None
+    fourth = replica.start_step(replica.busy_until, contiguous=True)
+    assert fourth is not None
+    union = max(first.duration_s, first.duration_s / 2 + second.duration_s)
+    union += third.duration_s + fourth.duration_s
+    assert replica.busy_s == pytest.approx(union, rel=1e-12)
+    assert replica.slot_s == pytest.approx(union, rel=1e-12)  # one sequence in every step
+    assert replica.busy_until == 10.0 + third.duration_s + fourth.duration_s
 
 
 # ---------------------------------------------------------------- policies

@@ -37,8 +37,8 @@ import pytest
 
 from sluicegate.core.spec import LaneSpec, ModelSpec, SchedulerSpec
 from sluicegate.engine.config import EngineConfig
+from sluicegate.outcomes import WorkloadRequest
 from sluicegate.sim.driver import simulate
-from sluicegate.sim.request import WorkloadRequest
 
 MEAN_TOKENS = 1000.0
 SECONDS_PER_TOKEN = 1e-3

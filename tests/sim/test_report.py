@@ -14,16 +14,10 @@ from rich.console import Console
 
 from sluicegate.config import Config, SimulationSpec, TenantConfig
 from sluicegate.core.spec import LaneSpec, ModelSpec
-from sluicegate.sim.metrics import (
-    LatencyStats,
-    RequestRecord,
-    SimResult,
-    group_stats,
-    jain_index,
-    summarize,
-)
+from sluicegate.outcomes import RequestOutcome, WorkloadRequest
+from sluicegate.sim.metrics import group_stats, jain_index, summarize
 from sluicegate.sim.report import CSV_COLUMNS, comparison_tables, write_csv, write_json
-from sluicegate.sim.request import WorkloadRequest
+from sluicegate.sim.result import SimResult
 from sluicegate.sim.run import run_comparison
 
 LANE = LaneSpec(
@@ -65,7 +59,7 @@ def record(
     arrival: float = 0.0,
     finish: float | None = 1.0,
     **fields: object,
-) -> RequestRecord:
+) -> RequestOutcome:
     """A hand-made record; deadline 2 s after arrival."""
     values: dict[str, object] = {
         "index": 0, "tenant": "a", "lane": "main", "priority": 2, "outcome": outcome,
@@ -75,23 +69,10 @@ def record(
         "requeues": 0,
     }  # fmt: skip
     values.update(fields)
-    return RequestRecord(**values)  # type: ignore[arg-type]
+    return RequestOutcome(**values)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------- statistics
-
-
-def test_percentiles_use_numpy_linear_interpolation() -> None:
-    """p50/p90/p99/p99.9 of 1…100 are the type-7 values 50.5, 90.1, 99.01, 99.901."""
-    stats = LatencyStats.of([float(x) for x in range(1, 101)])
-    assert (stats.p50, stats.p90) == pytest.approx((50.5, 90.1))
-    assert (stats.p99, stats.p999) == pytest.approx((99.01, 99.901))
-    assert stats.mean == pytest.approx(50.5)
-
-
-def test_empty_groups_have_no_latency_figures() -> None:
-    """No samples: count 0 and every statistic ``None``."""
-    assert LatencyStats.of([]) == LatencyStats(0, None, None, None, None, None)
 
 
 def test_slo_attainment_counts_rejected_requests_as_misses() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sluicegate.sim.request import WorkloadRequest
+from sluicegate.outcomes import WorkloadRequest
 from sluicegate.sim.workloads import (
     WorkloadError,
     load_azure_csv,

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from sluicegate.sim.request import WorkloadRequest
+from sluicegate.outcomes import WorkloadRequest
 from sluicegate.sim.workloads import MixEntry, MixError, apply_mix, parse_mix
 
 CHAT = MixEntry(0.7, "chat", "interactive", 1)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluicegate.sim.request import WorkloadRequest
+from sluicegate.outcomes import WorkloadRequest
 from sluicegate.sim.workloads import (
     LengthDist,
     MaxTokensPolicy,

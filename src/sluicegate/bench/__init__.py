@@ -2,8 +2,11 @@
 
 * :mod:`~sluicegate.bench.loadgen`: ``run_load`` replays a ``WorkloadRequest`` schedule
   open-loop over HTTP and returns a ``LoadResult`` (records + the generator's own lag).
-* :mod:`~sluicegate.bench.records`: ``RequestRecord`` and its CSV form.
-* :mod:`~sluicegate.bench.analysis`: per-lane summaries, rich tables and comparisons.
+* :mod:`~sluicegate.bench.records`: ``RequestRecord`` and its CSV form; ``as_outcome``
+  turns one into the ``sluicegate.outcomes.RequestOutcome`` the summaries read.
+* :mod:`~sluicegate.bench.analysis`: per-lane summaries (the simulator's definitions of
+  good, SLO attainment and goodput, from ``sluicegate.outcomes``), rich tables and
+  comparisons.
 """
 
 from __future__ import annotations

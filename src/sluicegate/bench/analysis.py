@@ -1,84 +1,72 @@
 """Latency summaries of load-generator records, per lane and overall, as rich tables.
 
-Definitions (every figure follows them):
+The figures every summary shares (latency percentiles, SLO attainment, goodput and
+throughput) follow the one definition of ``sluicegate.outcomes.stats``, the same as the
+simulator's report, applied to each record's ``RequestRecord.as_outcome``:
 
-* A request **succeeded** when its status is 2xx and it has no error (``RequestRecord.ok``;
-  a stream that broke off is a failure). **Status counts** split all requests into
-  ``2xx``, ``429``, ``503`` and ``other`` (other ≥ 400 codes and 0, no response).
-* **TTFT**, **end-to-end** and **inter-token gap** (each request's mean gap between
-  content chunks) run from the request's launch; **queue wait** is the gateway's
-  ``X-Sluicegate-Queue-Ms``. All four are taken over successful requests only (queue
-  wait over those that carried the header). Percentiles are numpy's
-  ``method="linear"``, as in the simulator's report.
-* The **SLO** of a request is its own ``deadline_ms``, else its lane's entry in
-  ``slo_ms_by_lane``. It is met when the request succeeded with its end-to-end latency
-  (or TTFT, with ``slo_on="ttft"``) ≤ the SLO. A request without any SLO is **good**
-  when it succeeds; one with an SLO is good when it meets it.
+* A request **succeeded** (``completed``) when its status is 2xx and it has no error
+  (``RequestRecord.ok``; a stream that broke off is a failure). Its arrival is its launch,
+  so **TTFT** and **end-to-end** (over successful requests) run from the launch, and
+  **queue wait** is the gateway's ``X-Sluicegate-Queue-Ms``, over the requests that
+  carried it (those the gateway admitted). Percentiles are numpy's ``method="linear"``.
+* Its **deadline** is its own ``deadline_ms``, else its lane's entry in
+  ``slo_ms_by_lane``, after its launch. It is **good** when it succeeded by its
+  deadline, or succeeded at all when it has none.
 * **SLO attainment** = good requests / all requests of the group (rejected and failed
   included: a request turned away missed its SLO); ``None`` for a group in which no
-  request has an SLO.
+  request has a deadline.
 * **Goodput** = good requests (and their output tokens) per second; **throughput**
-  counts the output tokens of every successful request. Every group is divided by the
-  same span, from the first scheduled start until the last request ended, so lane
-  figures add up to the overall one.
+  counts the output tokens of every request. Every group is divided by the same span,
+  from the first scheduled start until the last request ended, so lane figures add up
+  to the overall one.
+
+On top of those, the load generator reports **status counts**, which split all
+requests into ``2xx``, ``429``, ``503`` and ``other`` (other ≥ 400 codes and 0, no
+response), **error counts** per code, and the **inter-token gap** (each successful
+stream's mean gap between content chunks).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from rich.table import Table
 
 from sluicegate.bench.records import RequestRecord
-from sluicegate.sim.metrics import LatencyStats
+from sluicegate.outcomes import LatencyStats, OutcomeStats, RequestOutcome
 
 OVERALL = "all"
 """``LaneSummary.lane`` of the summary over every request."""
 
 STATUS_CLASSES = ("2xx", "429", "503", "other")
 
-SloOn = Literal["e2e", "ttft"]
-
 
 @dataclass(frozen=True, slots=True)
-class LaneSummary:
+class LaneSummary(OutcomeStats):
     """Summary of one lane's requests (or of all, with ``lane == OVERALL``).
 
-    Attributes:
+    Attributes (besides ``OutcomeStats``', whose ``outcomes`` are ``completed`` and
+    the error codes):
         lane: the lane, or ``OVERALL``.
-        requests: requests in the group.
-        succeeded: requests that succeeded (see the module docstring).
         status_counts: requests per status class, keys ``STATUS_CLASSES`` in order.
         error_counts: requests per error code (OpenAI ``code`` or client-side), sorted.
-        ttft: time to first token of successful requests, seconds.
-        e2e: end-to-end latency of successful requests, seconds.
-        queue_wait: gateway queue wait of successful requests, seconds.
         itl: per-request mean inter-token gap of successful streams, seconds.
         slo_ms: the lane's SLO from ``slo_ms_by_lane`` (``None`` for OVERALL or unset).
-        slo_attainment: good requests / all requests; ``None`` if none has an SLO.
-        goodput_rps: good requests per second.
-        goodput_tokens_per_s: output tokens of good requests per second.
-        throughput_tokens_per_s: output tokens of successful requests per second.
         span_s: the seconds every rate is divided by.
     """
 
     lane: str
-    requests: int
-    succeeded: int
     status_counts: Mapping[str, int]
     error_counts: Mapping[str, int]
-    ttft: LatencyStats
-    e2e: LatencyStats
-    queue_wait: LatencyStats
     itl: LatencyStats
     slo_ms: float | None
-    slo_attainment: float | None
-    goodput_rps: float
-    goodput_tokens_per_s: float
-    throughput_tokens_per_s: float
     span_s: float
+
+    @property
+    def succeeded(self) -> int:
+        """Requests that succeeded (see the module docstring)."""
+        return self.completed
 
 
 def status_class(status: int) -> str:
@@ -103,7 +91,6 @@ def summarize(
     records: Sequence[RequestRecord],
     slo_ms_by_lane: Mapping[str, float] | None = None,
     *,
-    slo_on: SloOn = "e2e",
     span_s: float | None = None,
 ) -> list[LaneSummary]:
     """Per-lane summaries in order of each lane's first request, then the overall one.
@@ -111,75 +98,43 @@ def summarize(
     Args:
         records: the run's records.
         slo_ms_by_lane: each lane's SLO in ms, for requests without their own deadline.
-        slo_on: the latency an SLO bounds: end-to-end (default) or time to first token.
         span_s: divide rates by this instead of ``records_span_s(records)`` (e.g. a
             ``LoadResult.duration_s``).
     """
     slos = dict(slo_ms_by_lane or {})
     span = records_span_s(records) if span_s is None else span_s
-    lanes: dict[str, list[RequestRecord]] = {}
-    for record in records:
-        lanes.setdefault(record.lane, []).append(record)
-    summaries = [
-        _group(lane, group, slos, slos.get(lane), slo_on, span) for lane, group in lanes.items()
-    ]
-    summaries.append(_group(OVERALL, records, slos, None, slo_on, span))
+    pairs = [(record, record.as_outcome(slos.get(record.lane))) for record in records]
+    lanes: dict[str, list[tuple[RequestRecord, RequestOutcome]]] = {}
+    for pair in pairs:
+        lanes.setdefault(pair[0].lane, []).append(pair)
+    summaries = [_group(lane, group, slos.get(lane), span) for lane, group in lanes.items()]
+    summaries.append(_group(OVERALL, pairs, None, span))
     return summaries
-
-
-def _slo_ms(record: RequestRecord, slos: Mapping[str, float]) -> float | None:
-    return record.deadline_ms if record.deadline_ms is not None else slos.get(record.lane)
-
-
-def _good(record: RequestRecord, slo_ms: float | None, slo_on: SloOn) -> bool:
-    if not record.ok:
-        return False
-    if slo_ms is None:
-        return True
-    latency_s = record.e2e_s if slo_on == "e2e" else record.ttft_s
-    return latency_s is not None and latency_s * 1000.0 <= slo_ms
 
 
 def _group(
     lane: str,
-    records: Sequence[RequestRecord],
-    slos: Mapping[str, float],
+    pairs: Sequence[tuple[RequestRecord, RequestOutcome]],
     lane_slo_ms: float | None,
-    slo_on: SloOn,
     span_s: float,
 ) -> LaneSummary:
     statuses = dict.fromkeys(STATUS_CLASSES, 0)
     errors: dict[str, int] = {}
-    good = good_tokens = tokens = with_slo = 0
-    for record in records:
+    gaps: list[float] = []
+    for record, _ in pairs:
         statuses[status_class(record.status)] += 1
         if record.error:
             errors[record.error] = errors.get(record.error, 0) + 1
-        slo_ms = _slo_ms(record, slos)
-        with_slo += slo_ms is not None
-        if record.ok:
-            tokens += record.output_tokens
-        if _good(record, slo_ms, slo_on):
-            good += 1
-            good_tokens += record.output_tokens
-    succeeded = [r for r in records if r.ok]
-    return LaneSummary(
+        if record.ok and record.itl_mean_s is not None:
+            gaps.append(record.itl_mean_s)
+    return LaneSummary.of(
+        [outcome for _, outcome in pairs],
+        span_s,
         lane=lane,
-        requests=len(records),
-        succeeded=len(succeeded),
         status_counts=statuses,
         error_counts=dict(sorted(errors.items())),
-        ttft=LatencyStats.of([r.ttft_s for r in succeeded if r.ttft_s is not None]),
-        e2e=LatencyStats.of([r.e2e_s for r in succeeded]),
-        queue_wait=LatencyStats.of(
-            [r.queue_ms / 1000.0 for r in succeeded if r.queue_ms is not None]
-        ),
-        itl=LatencyStats.of([r.itl_mean_s for r in succeeded if r.itl_mean_s is not None]),
+        itl=LatencyStats.of(gaps),
         slo_ms=lane_slo_ms,
-        slo_attainment=good / len(records) if with_slo and records else None,
-        goodput_rps=good / span_s,
-        goodput_tokens_per_s=good_tokens / span_s,
-        throughput_tokens_per_s=tokens / span_s,
         span_s=span_s,
     )
 

@@ -13,7 +13,7 @@ from rich.table import Table
 from sluicegate.bench.analysis import LaneSummary, compare, summarize
 from sluicegate.bench.loadgen import LoadResult, run_load
 from sluicegate.bench.records import RequestRecord, read_csv, write_csv
-from sluicegate.sim.request import WorkloadRequest
+from sluicegate.outcomes import WorkloadRequest
 
 
 @dataclass(frozen=True)

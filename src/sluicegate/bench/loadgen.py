@@ -34,7 +34,7 @@ from sluicegate.bench.records import (
     RequestRecord,
 )
 from sluicegate.bench.sse import StreamStats, error_code, parse_float
-from sluicegate.sim.request import WorkloadRequest
+from sluicegate.outcomes import WorkloadRequest
 
 Endpoint = Literal["chat", "completions"]
 

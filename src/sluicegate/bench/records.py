@@ -10,6 +10,9 @@ Times are seconds measured on the generator's monotonic clock (``loop.time()``):
 
 The CSV file has one header row naming the ``RequestRecord`` fields in order; ``None``
 is written as an empty cell and floats with ``repr`` so a file reads back exactly.
+
+``RequestRecord.as_outcome`` turns a measurement into the ``RequestOutcome`` that the
+summaries read (``sluicegate.outcomes``), the same record the simulator produces.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import csv
 from collections.abc import Callable, Iterable
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
+
+from sluicegate.outcomes import COMPLETED, RequestOutcome
 
 CLIENT_TIMEOUT = "timeout"
 """``error`` of a request the generator gave up on after ``timeout_s``."""
@@ -98,6 +103,38 @@ class RequestRecord:
     def finished_s(self) -> float:
         """When it ended, seconds from the start of the run."""
         return self.launched_s + self.e2e_s
+
+    def as_outcome(self, lane_slo_ms: float | None) -> RequestOutcome:
+        """How this request ended, as the shared summary reads it.
+
+        Its arrival is its launch: the server never saw the generator's lag, so every
+        latency and the deadline run from the launch (as ``ttft_s`` and ``e2e_s`` do).
+        The deadline is ``deadline_ms`` after the launch, else ``lane_slo_ms``, else
+        none. A request that succeeded (``ok``) is ``completed``; any other ends with
+        its ``error`` code, or ``http_<status>`` when it has none. It was admitted when
+        the gateway's queue-wait header came back. The generator cannot know the true
+        output length, the replica or requeues: ``output_tokens`` is ``max_tokens``,
+        ``replica`` ``None`` and ``requeues`` 0.
+        """
+        arrival = self.launched_s
+        slo_ms = self.deadline_ms if self.deadline_ms is not None else lane_slo_ms
+        return RequestOutcome(
+            index=self.index,
+            tenant=self.tenant,
+            lane=self.lane,
+            priority=self.priority,
+            outcome=COMPLETED if self.ok else self.error or f"http_{self.status}",
+            arrival_s=arrival,
+            admit_s=None if self.queue_ms is None else arrival + self.queue_ms / 1000.0,
+            first_token_s=None if self.ttft_s is None else arrival + self.ttft_s,
+            finish_s=arrival + self.e2e_s,
+            deadline_s=None if slo_ms is None else arrival + slo_ms / 1000.0,
+            prompt_tokens=self.prompt_tokens,
+            output_tokens=self.max_tokens,
+            generated_tokens=self.output_tokens,
+            replica=None,
+            requeues=0,
+        )
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from sluicegate.sim.metrics import SimResult, Summary, summarize
-from sluicegate.sim.request import WorkloadRequest
+from sluicegate.outcomes import WorkloadRequest
+from sluicegate.sim.metrics import Summary, summarize
+from sluicegate.sim.result import SimResult
 from sluicegate.sim.run import ComparisonResult, run_comparison
 
 __all__ = [

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sluicegate.config import Config, parse_config
-from sluicegate.sim.request import WorkloadRequest
+from sluicegate.outcomes import WorkloadRequest
 from sluicegate.sim.workloads import (
     MaxTokensPolicy,
     apply_mix,

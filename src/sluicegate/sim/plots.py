@@ -17,7 +17,9 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from sluicegate.sim.metrics import COMPLETED, RequestRecord, SimResult, Summary
+from sluicegate.outcomes import RequestOutcome
+from sluicegate.sim.metrics import Summary
+from sluicegate.sim.result import SimResult
 
 _DPI = 100
 _Loc = Literal["upper left", "upper right", "lower right"]
@@ -34,13 +36,10 @@ def _save(figure: Figure, path: Path) -> Path:
     return path
 
 
-def _latency(rec: RequestRecord, metric: str) -> float | None:
+def _latency(rec: RequestOutcome, metric: str) -> float | None:
     if metric == "queue_wait":
-        return None if rec.admit_s is None else rec.admit_s - rec.arrival_s
-    if rec.outcome != COMPLETED:
-        return None
-    end = rec.first_token_s if metric == "ttft" else rec.finish_s
-    return None if end is None else end - rec.arrival_s
+        return rec.queue_wait_s
+    return rec.ttft_s if metric == "ttft" else rec.e2e_s
 
 
 def _legend(ax: Axes, loc: _Loc) -> None:

@@ -15,15 +15,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sluicegate.sim.metrics import (
-    COMPLETED,
-    PREEMPTED,
-    GroupStats,
-    LatencyStats,
-    RequestRecord,
-    SimResult,
-    Summary,
-)
+from sluicegate.outcomes import COMPLETED, LatencyStats, RequestOutcome
+from sluicegate.sim.metrics import GroupStats, Summary
+from sluicegate.sim.result import PREEMPTED, SimResult
 
 JsonValue = None | bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"]
 
@@ -105,24 +99,15 @@ def write_json(
     return path
 
 
-def _cell(value: float | None) -> str:
-    return "" if value is None else f"{value:.6f}"
-
-
-def _diff(end: float | None, start: float | None) -> float | None:
-    return None if end is None or start is None else end - start
-
-
-def record_row(rec: RequestRecord) -> list[str]:
-    """One CSV row of ``CSV_COLUMNS``."""
-    done = rec.outcome == COMPLETED
+def record_row(rec: RequestOutcome) -> list[str]:
+    """One CSV row of ``CSV_COLUMNS``; times with 6 decimals, empty when missing."""
+    times = (
+        rec.arrival_s, rec.admit_s, rec.first_token_s, rec.finish_s, rec.deadline_s,
+        rec.queue_wait_s, rec.ttft_s, rec.e2e_s,
+    )  # fmt: skip
     return [
         str(rec.index), rec.tenant, rec.lane, str(rec.priority), rec.outcome,
-        _cell(rec.arrival_s), _cell(rec.admit_s), _cell(rec.first_token_s),
-        _cell(rec.finish_s), _cell(rec.deadline_s),
-        _cell(_diff(rec.admit_s, rec.arrival_s)),
-        _cell(_diff(rec.first_token_s, rec.arrival_s) if done else None),
-        _cell(_diff(rec.finish_s, rec.arrival_s) if done else None),
+        *["" if t is None else f"{t:.6f}" for t in times],
         str(rec.prompt_tokens), str(rec.output_tokens), str(rec.generated_tokens),
         rec.replica or "", str(rec.requeues),
     ]  # fmt: skip

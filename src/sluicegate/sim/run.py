@@ -28,11 +28,12 @@ from sluicegate.core.policies import policy_names
 from sluicegate.core.spec import SchedulerSpec
 from sluicegate.engine.config import EngineConfig
 from sluicegate.engine.presets import preset as engine_preset
+from sluicegate.outcomes import WorkloadRequest
 from sluicegate.sim.driver import simulate
-from sluicegate.sim.metrics import SimResult, Summary, summarize
+from sluicegate.sim.metrics import Summary, summarize
 from sluicegate.sim.plots import plot_latency_cdfs, plot_p99_vs_load, plot_queue_depth
 from sluicegate.sim.report import JsonValue, print_report, sweep_table, write_csv, write_json
-from sluicegate.sim.request import WorkloadRequest
+from sluicegate.sim.result import SimResult
 
 ProgressFn = Callable[[float], None]
 

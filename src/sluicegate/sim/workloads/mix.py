@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from sluicegate.sim.request import WorkloadRequest
+from sluicegate.outcomes import WorkloadRequest
 
 __all__ = ["SHARE_TOLERANCE", "MixEntry", "MixError", "apply_mix", "parse_mix"]
 

@@ -22,7 +22,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from sluicegate.sim.request import WorkloadRequest
+from sluicegate.outcomes import WorkloadRequest
 from sluicegate.sim.workloads.transform import (
     MaxTokensPolicy,
     check_max_tokens_policy,

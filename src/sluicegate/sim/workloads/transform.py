@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Literal, TypeAlias
 
-from sluicegate.sim.request import WorkloadRequest
+from sluicegate.outcomes import WorkloadRequest
 
 __all__ = [
     "MaxTokensPolicy",

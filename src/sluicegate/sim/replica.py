@@ -1,0 +1,344 @@
+"""One engine replica in the simulator: stepping the engine model and posting its step events.
+
+Engine semantics (``engine/model.py``): ``step(now)`` changes the engine's
+state at once and returns what the step emits, which the driver applies at
+``now + duration_s``. A continuous-batching replica has one step in flight and
+takes new requests at the next step boundary, as vLLM does. A
+``batch_independent`` replica is c independent servers whose token events
+fall at exact times, so it steps after every change and lets several steps be
+in flight: each reports its event exactly on time, which is what makes the
+Erlang C checks exact.
+
+Decode runs: most steps of a continuous-batching replica are pure decodes
+that change nothing outside it. When ``Engine.plan_decode`` offers a run of
+them (at most up to the next progress report), the replica posts one event for
+the end of the run instead of one per step, and applies the run's steps when
+that event comes. Anything that touches the replica earlier (an admission, a
+preemption, a scrape) first applies the steps that would have started by then
+(``sync``) and re-posts the one in flight, so every outcome, time and sample
+is the same as stepping one event at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Callable, Sequence
+from itertools import accumulate
+
+from sluicegate.core.ticket import TicketId
+from sluicegate.engine.config import EngineConfig
+from sluicegate.engine.model import DecodeRun, Engine, StepResult
+from sluicegate.sim.events import STEP, WAKE, ChainPoint, EventQueue, HeapItem
+from sluicegate.sim.live import SimRequest
+
+PROGRESS_EVERY_STEPS = 16
+"""A replica reports its requests' progress to the scheduler every this many steps."""
+
+
+class DecodeSpan:
+    """A decode run a replica is in: its steps start at ``times[0 … n−1]``, the last ends
+    at ``times[n]``.
+
+    Attributes:
+        run: the engine's plan; none of its steps is applied to the engine yet.
+        times: step boundaries, chained as step-by-step driving would: ``t + duration``.
+        item: the heap item of the run's end, at ``times[n]``.
+        base: where ``times[0]`` is in the replica's chain history.
+        contiguous: how step 0's busy time is counted (see ``Replica.start_step``).
+    """
+
+    __slots__ = ("base", "contiguous", "item", "run", "times")
+
+    def __init__(
+        self, run: DecodeRun, times: list[float], item: HeapItem, base: int, contiguous: bool
+    ) -> None:
+        self.run = run
+        self.times = times
+        self.item = item
+        self.base = base
+        self.contiguous = contiguous
+
+
+class Replica:
+    """One engine replica and the driver's bookkeeping around it.
+
+    Attributes:
+        inflight: steps started and not yet applied, by heap sequence number.
+        running: requests on the engine (waiting or running), by engine id.
+        busy_s: time with a step in flight (the union, when steps overlap).
+        slot_s: ∫ running-batch size dt over the same time.
+        span: the decode run in progress, if any (its steps are not on the engine yet).
+        history: start times of the steps since the wake that started this chain.
+        origin: ``(time posted, sequence)`` of that wake.
+        touched: the driver's mark: decisions at this instant gave it work (see ``resume``).
+    """
+
+    __slots__ = ("busy_s", "busy_until", "engine", "events", "history", "independent",
+                 "index", "inflight", "name", "origin", "running", "slot_s", "span", "steps",
+                 "touched", "waking")  # fmt: skip
+
+    def __init__(
+        self, index: int, name: str, config: EngineConfig, seed: int, events: EventQueue
+    ) -> None:
+        self.index = index
+        self.name = name
+        self.engine = Engine(config, seed=seed)
+        self.events = events
+        self.independent = config.batch_independent
+        self.inflight: dict[int, StepResult] = {}
+        self.running: dict[str, SimRequest] = {}
+        self.busy_s = self.slot_s = 0.0
+        self.busy_until = float("-inf")
+        self.steps = 0
+        self.touched = False
+        self.waking = False
+        self.span: DecodeSpan | None = None
+        self.history: array[float] = array("d")
+        self.origin = (-math.inf, 0)
+
+    # ------------------------------------------------------------------ requests
+
+    def add(self, req: SimRequest, now: float) -> None:
+        """Hand an admitted request to the engine."""
+        req.runs += 1
+        eid = req.ticket_id if req.runs == 1 else f"{req.ticket_id}~{req.runs}"
+        req.eid = eid
+        req.backend = self.name
+        if req.admit_s is None:
+            req.admit_s = now
+        req.admitted_s = now
+        req.first_token_s = None
+        wl = req.workload
+        self.engine.add_request(
+            eid, wl.prompt_tokens, wl.max_tokens, now, output_tokens=wl.output_tokens
+        )
+        self.running[eid] = req
+
+    def abort(self, req: SimRequest, now: float) -> int:
+        """Abort ``req`` on the engine; returns the tokens it had produced by ``now``.
+
+        Tokens of a step still in flight have not reached the client, so they
+        are not counted (and the step's report of them will be dropped).
+        """
+        eid = req.eid
+        pending = 0
+        for result in self.inflight.values():
+            pending += result.tokens.get(eid, 0)
+        try:
+            produced = self.engine.generated(eid)
+        except KeyError:  # it finished inside the in-flight step
+            produced = req.target
+        self.engine.abort(eid, now=now)
+        del self.running[eid]
+        return produced - pending
+
+    def report_progress(self, report: Callable[[TicketId, int], None]) -> None:
+        """Call ``report`` (the scheduler's ``progress``) with each running request's
+        ticket and the tokens it has generated in the steps applied so far."""
+        engine = self.engine
+        for eid, req in self.running.items():
+            try:
+                generated = engine.generated(eid)
+            except KeyError:  # finished inside a step still in flight
+                continue
+            report(req.ticket_id, generated)
+
+    # ------------------------------------------------------------------ stepping
+
+    def resume(self, now: float) -> None:
+        """Decisions at ``now`` gave this replica work: get it stepping.
+
+        A batch-independent replica steps at once. An idle continuous-batching one
+        posts a wake at ``now``, which runs after every other event of the instant,
+        so requests admitted together share its first step.
+        """
+        if self.independent:
+            self.step(now)
+        elif not self.inflight and not self.waking:
+            self.waking = True
+            self.events.push(now, WAKE, self.index, now, None)
+
+    def wake(self, now: float, posted: float, seq: int) -> None:
+        """Handle this replica's wake event (posted at ``posted`` as number ``seq``)."""
+        self.waking = False
+        if not self.inflight:
+            self.history = array("d")  # a new chain of steps starts here
+            self.origin = (posted, seq)
+            self.step(now)
+
+    def finish_step(self, seq: int, now: float) -> StepResult | None:
+        """Apply the step (or decode run) whose completion ``seq`` is due at ``now``.
+
+        A step that emitted neither a first nor a last token and reports no
+        progress concerns no one else: it is counted and the next one started
+        here, and ``None`` returned. Otherwise its result is returned, and the
+        driver hands its tokens to the scheduler, then calls ``step_handled``.
+        """
+        result = self.inflight.pop(seq)
+        span = self.span
+        if span is not None:
+            self.commit(len(span.times) - 1)
+        if (
+            self.independent
+            or result.first_token
+            or result.finished
+            or self.steps % PROGRESS_EVERY_STEPS == PROGRESS_EVERY_STEPS - 1
+        ):
+            return result
+        self.steps += 1
+        self.begin(now, True)
+        return None
+
+    def step_handled(self, now: float, report: Callable[[TicketId, int], None]) -> None:
+        """After the driver handled a step's result: count it, report progress every
+        ``PROGRESS_EVERY_STEPS`` steps (see ``report_progress``), and start the next step
+        unless one is still in flight (a batch-independent replica, whose servers are
+        independent, always tries)."""
+        self.steps += 1
+        if self.steps % PROGRESS_EVERY_STEPS == 0:
+            self.report_progress(report)
+        if self.independent or not self.inflight:
+            self.step(now)
+
+    def step(self, now: float) -> None:
+        """Start the next step at ``now`` (if the engine has work) and post its completion."""
+        if not self.independent:
+            self.begin(now, False)
+            return
+        result = self.start_step(now)
+        if result is not None:
+            item = self.events.push(now + result.duration_s, STEP, self.index, now, None)
+            self.inflight[item[4]] = result
+
+    def start_step(self, now: float, contiguous: bool = False) -> StepResult | None:
+        """Run ``engine.step(now)`` and account its busy time; ``None`` when idle.
+
+        ``contiguous``: the step starts where the replica's last one ended, and its
+        whole duration counts as busy time; otherwise only the part after
+        ``busy_until`` counts, as a batch-independent replica's steps overlap.
+        """
+        engine = self.engine
+        result = engine.step(now)
+        if result is not None:
+            # Sequences in the step: those still running plus those it finished.
+            batch = engine.num_requests_running + len(result.finished)
+            duration = result.duration_s
+            self._account(now, now + duration, duration, (), batch, contiguous)
+        return result
+
+    def begin(self, now: float, contiguous: bool) -> None:
+        """Start a continuous-batching replica's next step, or decode run, at ``now``.
+
+        ``contiguous``: ``finish_step`` starts it where the last step ended (see
+        ``start_step``).
+        """
+        engine = self.engine
+        steps = PROGRESS_EVERY_STEPS - self.steps % PROGRESS_EVERY_STEPS
+        run = engine.plan_decode(steps) if steps > 1 else None
+        if run is None:
+            result = self.start_step(now, contiguous)
+            if result is None:
+                return
+            self.history.append(now)
+            self._post(now + result.duration_s, result)
+            return
+        times = list(accumulate(run.durations_s, initial=now))  # t + duration, chained
+        base = len(self.history)
+        self.history.extend(times[:-1])
+        item = self._post(times[-1], run.result(run.steps - 1))
+        self.span = DecodeSpan(run, times, item, base, contiguous)
+
+    def sync(self, event: HeapItem) -> None:
+        """Bring a replica in a decode span up to ``event``, the event being handled.
+
+        Applies the span's steps that step-by-step driving would have started
+        by now (a boundary at the current instant counts if its event sorts
+        before the current one) and re-posts the one in flight, if not the last.
+        """
+        span = self.span
+        if span is None:
+            return
+        at, kind, posted, point, _, _ = event
+        times = span.times
+        last = len(times) - 1
+        steps = 1
+        while steps < last:
+            t = times[steps]
+            if t > at:
+                break
+            if t == at and kind == STEP:
+                prev = times[steps - 1]
+                if prev > posted:
+                    break
+                if prev == posted and point is not None:
+                    mine = ChainPoint(self.history, span.base + steps - 1, self.origin)
+                    if not mine < point:
+                        break
+            steps += 1
+        self.commit(steps)
+        if steps < last:
+            item = span.item
+            del self.inflight[item[4]]
+            self.events.remove(item)
+            del self.history[span.base + steps :]
+            self._post(times[steps], span.run.result(steps - 1))
+
+    def commit(self, steps: int) -> None:
+        """Apply the first ``steps`` steps of the span to the engine and end the span.
+
+        Busy and slot time accrue per step, as stepping one event at a time would
+        have added them; the completions of all but the last step count as processed.
+        """
+        span = self.span
+        assert span is not None
+        self.span = None
+        run = span.run
+        times = span.times
+        self.engine.advance_decode(run, steps, times[steps - 1])
+        durations = run.durations_s
+        batch = len(run.req_ids)
+        self._account(
+            times[0], times[steps], durations[0], durations[1:steps], batch, span.contiguous
+        )
+        self.steps += steps - 1
+
+    def _post(self, end: float, result: StepResult) -> HeapItem:
+        """Post the completion of a continuous-batching replica's step in flight."""
+        history = self.history
+        point = ChainPoint(history, len(history) - 1, self.origin)
+        item = self.events.push(end, STEP, self.index, history[-1], point)
+        self.inflight[item[4]] = result
+        return item
+
+    def _account(
+        self,
+        start: float,
+        end: float,
+        first: float,
+        rest: Sequence[float],
+        batch: int,
+        contiguous: bool,
+    ) -> None:
+        """Add busy and slot time: a step of ``first`` seconds at ``start``, then steps of
+        ``rest`` seconds back to back, the last ending at ``end``; ``batch`` sequences each.
+
+        Every step after the first starts where the previous one ended and adds its
+        whole duration; so does the first when ``contiguous``. Otherwise the first
+        adds only its part after ``busy_until``. (For a step starting exactly at
+        ``busy_until`` the two differ only in rounding; keeping each caller's form
+        keeps seeded results bit for bit.)
+        """
+        until = self.busy_until
+        gained = first
+        if not contiguous:
+            first_end = start + first
+            gained = first_end - max(start, until) if first_end > until else 0.0
+        busy = self.busy_s + gained
+        slot = self.slot_s + gained * batch
+        for duration in rest:
+            busy += duration
+            slot += duration * batch
+        self.busy_s, self.slot_s = busy, slot
+        if end > until:
+            self.busy_until = end

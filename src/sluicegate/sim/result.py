@@ -1,0 +1,113 @@
+"""What one simulation run produced: each request's outcome, time series, engine totals."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from sluicegate.core.ticket import Outcome
+from sluicegate.outcomes import RequestOutcome
+
+PREEMPTED = Outcome.PREEMPTED.value
+TOO_LARGE = "too_large"
+"""Outcome of a request the engine could never run: ``EngineConfig.check_request`` refuses it
+(prompt + max_tokens beyond the KV capacity, or an empty prompt)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Samples:
+    """Time series sampled at every scrape.
+
+    Attributes:
+        times: sample times.
+        queued: per lane, tickets waiting in the scheduler's queue.
+        running: per sample, sequences in each replica's running batch.
+        waiting: per sample, requests in each replica's own waiting queue.
+        kv_usage: per sample, mean KV-cache usage over the replicas.
+    """
+
+    times: tuple[float, ...] = ()
+    queued: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    running: tuple[tuple[int, ...], ...] = ()
+    waiting: tuple[tuple[int, ...], ...] = ()
+    kv_usage: tuple[float, ...] = ()
+
+
+class SampleLog:
+    """Collects the scrape-time series; ``freeze`` gives the immutable ``Samples``."""
+
+    def __init__(self, lanes: Sequence[str]) -> None:
+        self._times: list[float] = []
+        self._queued: dict[str, list[int]] = {lane: [] for lane in lanes}
+        self._running: list[tuple[int, ...]] = []
+        self._waiting: list[tuple[int, ...]] = []
+        self._kv: list[float] = []
+
+    def add(
+        self,
+        now: float,
+        queued: Mapping[str, int],
+        running: Sequence[int],
+        waiting: Sequence[int],
+        kv_usage: Sequence[float],
+    ) -> None:
+        """One sample: queue depth per lane and each replica's engine counters."""
+        self._times.append(now)
+        for lane, depth in self._queued.items():
+            depth.append(queued.get(lane, 0))
+        self._running.append(tuple(running))
+        self._waiting.append(tuple(waiting))
+        self._kv.append(math.fsum(kv_usage) / len(kv_usage) if kv_usage else 0.0)
+
+    def freeze(self) -> Samples:
+        """The samples so far."""
+        return Samples(
+            times=tuple(self._times),
+            queued={lane: tuple(depths) for lane, depths in self._queued.items()},
+            running=tuple(self._running),
+            waiting=tuple(self._waiting),
+            kv_usage=tuple(self._kv),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """Everything one ``simulate`` run produced.
+
+    Attributes:
+        model: the simulated model.
+        policies: each lane's ordering policy, in configuration order.
+        slo_s: each lane's default SLO in seconds.
+        tenant_weights: fair-share weight of every configured tenant.
+        replicas: number of engine replicas.
+        max_num_seqs: the engine's running-batch cap.
+        records: one per workload request, in workload order; every one has a deadline.
+        samples: the scrape-time series.
+        start_s: first arrival.
+        end_s: when the last request ended (or arrived, if later).
+        busy_s: per replica, time with a step in flight.
+        slot_s: per replica, ∫ running-batch size dt.
+        engine_steps: engine steps taken over all replicas.
+        engine_preemptions: recompute preemptions inside the engines (KV exhausted).
+    """
+
+    model: str
+    policies: Mapping[str, str]
+    slo_s: Mapping[str, float]
+    tenant_weights: Mapping[str, float]
+    replicas: int
+    max_num_seqs: int
+    records: tuple[RequestOutcome, ...]
+    samples: Samples
+    start_s: float
+    end_s: float
+    busy_s: tuple[float, ...]
+    slot_s: tuple[float, ...]
+    engine_steps: int
+    engine_preemptions: int
+
+    @property
+    def span_s(self) -> float:
+        """Simulated time from the first arrival until the last request ended (at least 1 ns)."""
+        return max(self.end_s - self.start_s, 1e-9)
