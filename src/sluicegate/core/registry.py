@@ -9,7 +9,7 @@ names a config gives against ``names()`` when the config is parsed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from typing import Generic, TypeVar
 
 F = TypeVar("F")
@@ -20,12 +20,19 @@ class Registry(Generic[F]):
 
     Args:
         kind: What the plugins are, for messages ("router", "ordering", …).
-        factories: ``name → factory``; a factory is usually the plugin's class.
+        entries: ``(name, factory)`` pairs; a factory is usually the plugin's class.
+
+    Raises:
+        ValueError: two entries share a name (one would silently hide the other).
     """
 
-    def __init__(self, kind: str, factories: Mapping[str, F]) -> None:
+    def __init__(self, kind: str, entries: Iterable[tuple[str, F]]) -> None:
         self.kind = kind
-        self._factories = dict(factories)
+        self._factories: dict[str, F] = {}
+        for name, factory in entries:
+            if name in self._factories:
+                raise ValueError(f"two {kind}s are called {name!r}")
+            self._factories[name] = factory
 
     def get(self, name: str) -> F:
         """The factory called ``name``; ``KeyError`` naming the choices if unknown."""

@@ -60,7 +60,9 @@ class ComparisonResult:
 
 
 def with_policy(spec: SchedulerSpec, model: str, policy: str) -> SchedulerSpec:
-    """A copy of ``spec`` in which every lane of ``model`` uses ``policy``.
+    """A copy of ``spec`` in which every lane of ``model`` uses ``policy`` as a config
+    that names only ``policy`` would: ``fair`` means slack with ``vtc`` fairness, any
+    other name that ordering with no fairness.
 
     Raises:
         ValueError: ``policy`` is not a registered policy.
@@ -70,7 +72,11 @@ def with_policy(spec: SchedulerSpec, model: str, policy: str) -> SchedulerSpec:
         raise ValueError(f"unknown policy {policy!r}; choose one of {sorted(known)}")
     models = tuple(
         m.model_copy(
-            update={"lanes": tuple(lane.model_copy(update={"policy": policy}) for lane in m.lanes)}
+            update={
+                "lanes": tuple(
+                    lane.model_copy(update={"policy": policy, "fairness": None}) for lane in m.lanes
+                )
+            }
         )
         if m.name == model
         else m

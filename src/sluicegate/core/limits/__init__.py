@@ -17,7 +17,7 @@ __all__ = ["LIMITS", "Limit", "SampleKind", "limit_names", "make_limit"]
 
 LIMITS: Registry[type[Limit]] = Registry(
     "adaptive limit mode",
-    {limit.name: limit for limit in (KvCacheLimit, GradientLimit, AimdLimit)},
+    ((limit.name, limit) for limit in (KvCacheLimit, GradientLimit, AimdLimit)),
 )
 
 

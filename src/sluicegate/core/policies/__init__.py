@@ -36,8 +36,8 @@ __all__ = [
 
 ORDERINGS: Registry[type[Ordering]] = Registry(
     "ordering",
-    {
-        ordering.name: ordering
+    (
+        (ordering.name, ordering)
         for ordering in (
             FifoOrdering,
             PriorityOrdering,
@@ -46,11 +46,13 @@ ORDERINGS: Registry[type[Ordering]] = Registry(
             OracleOrdering,
             SlackOracleOrdering,
         )
-    },
+    ),
 )
 """Which ticket of a flow goes first."""
 
-FAIRNESS: Registry[FairnessFactory] = Registry("fairness", {"none": single_flow, "vtc": FairQueue})
+FAIRNESS: Registry[FairnessFactory] = Registry(
+    "fairness", (("none", single_flow), ("vtc", FairQueue))
+)
 """Which flow (tenant) goes first."""
 
 POLICY_ALIASES: Mapping[str, tuple[str, str]] = {"fair": ("slack", "vtc")}

@@ -34,7 +34,7 @@ _STRATEGIES: tuple[RouterFactory, ...] = (
     LeastExpectedTimeRouter,
     PrefixAffinityRouter,
 )
-ROUTERS: Registry[RouterFactory] = Registry("router", {r.name: r for r in _STRATEGIES})
+ROUTERS: Registry[RouterFactory] = Registry("router", ((r.name, r) for r in _STRATEGIES))
 
 
 def router_names() -> frozenset[str]:
