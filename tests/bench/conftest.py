@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from stub_server import Stub, start_stub
+
+from tests.bench.stub_server import Stub, start_stub
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import socket
 
 import numpy as np
 import pytest
-from stub_server import LIMITED_KEY, Stub
 
 from sluicegate.bench import (
     LoadResult,
@@ -21,6 +20,7 @@ from sluicegate.bench import (
 )
 from sluicegate.bench.sse import StreamStats, error_code
 from sluicegate.outcomes import WorkloadRequest
+from tests.bench.stub_server import LIMITED_KEY, Stub
 
 KEYS = {"a": "key-a", "limited": LIMITED_KEY}
 

@@ -2,11 +2,13 @@
 emulators and a real gateway, drives a tiny load, prints its tables and writes its
 section of a Markdown file whose figures must be sane.
 
-The benchmarks' quality bars are not asserted here (they are measured by
-``make bench``, never by timed tests); only what holds on any machine, however
-loaded: every section and table is there, requests succeeded, rates and costs are
-positive and finite, and what the gateway must do regardless of speed (reject the
-excess at 3× capacity, keep the parked queue as asked) happened.
+The benchmarks' speed bars are not asserted here (they are measured by
+``make bench``, never by timed tests); only what holds on a loaded machine too:
+every section and table is there, requests succeeded, rates and costs are positive
+and finite, and what the gateway must do regardless of speed (reject the excess at
+3× capacity, keep the parked queue as asked) happened. The one bar asserted is the
+policies benchmark's live/simulator agreement, which the smoke's light load meets
+with a wide margin even on a busy machine (see its test).
 """
 
 from __future__ import annotations
@@ -49,15 +51,22 @@ def section(text: str, name: str) -> str:
 
 
 def table(body: str, title: str) -> list[dict[str, str]]:
-    """The rows of the Markdown table under ``**title**``, as header → cell."""
+    """The rows of the Markdown table under ``**title**``, as header → cell.
+
+    A header that repeats an earlier one gets `` #2``, `` #3``… (``live/sim``,
+    ``live/sim #2``), so that no column hides another."""
     lines = body.split(f"**{title}**", 1)[1].strip().splitlines()
     rows = []
     for line in lines:
         if not line.startswith("|"):
             break
         rows.append([cell.strip() for cell in line.strip("|").split("|")])
-    headers, _, *cells = rows
+    names, _, *cells = rows
     assert cells, f"table {title!r} is empty"
+    headers = [
+        name if (n := names[:i].count(name)) == 0 else f"{name} #{n + 1}"
+        for i, name in enumerate(names)
+    ]
     return [dict(zip(headers, row, strict=True)) for row in cells]
 
 
@@ -92,8 +101,13 @@ def test_overload_smoke_rejects_the_excess_and_reports_every_step(tmp_path: Path
 
 @pytest.mark.slow
 def test_policies_smoke_puts_live_and_simulated_side_by_side(tmp_path: Path) -> None:
-    """Both policies ran live without a failure, and each live p99 sits next to a
-    simulated one of the same order (the smoke load is light, so they nearly agree)."""
+    """Both policies ran live without a failure, and each live e2e p99 is within 15% of
+    the simulated one (the benchmark's own agreement bar), per policy and tenant.
+
+    The smoke load is light (~2 requests/s, outputs of at most 48 tokens, nothing queues),
+    so the live run is the emulator's engine model in real time plus the gateway's few
+    milliseconds: live/sim measures 1.01-1.03, also with the machine's cores
+    oversubscribed 4×, which leaves the bar a wide margin on a busy machine."""
     stdout, text = run_smoke("bench_policies.py", tmp_path)
     assert "Live vs simulated" in stdout
     body = section(text, "bench_policies")
@@ -103,10 +117,11 @@ def test_policies_smoke_puts_live_and_simulated_side_by_side(tmp_path: Path) -> 
     }
     for row in rows:
         assert number(row["live ok"]) == number(row["requests"]) > 0, row
-        live, sim = number(row["live e2e p99 s"]), number(row["sim e2e p99 s"])
-        assert sim > 0, row
-        assert 0.5 < live / sim < 2.0, row
-    assert len(table(body, "Live vs simulator agreement (issue: policies)")) == 2
+        assert number(row["sim e2e p99 s"]) > 0, row
+        # The first live/sim column is the e2e p99's, from the unrounded figures.
+        assert 0.85 <= number(row["live/sim"]) <= 1.15, row
+    bars = table(body, "Live vs simulator agreement (issue: policies)")
+    assert [row["meets"] for row in bars] == ["yes", "yes"], bars
 
 
 @pytest.mark.slow

@@ -12,7 +12,6 @@ import math
 from typing import Any
 
 import pytest
-from backend_pool import NOW, SERVICE_S, backend, backends, pick, snapshot, ticket
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -25,6 +24,7 @@ from sluicegate.core.registry import Registry
 from sluicegate.core.routing import ROUTERS, make_router
 from sluicegate.core.spec import AdaptiveSpec, ModelSpec
 from sluicegate.core.ticket import Ticket, TicketId
+from tests.core.backend_pool import NOW, SERVICE_S, backend, backends, pick, snapshot, ticket
 
 # ---------------------------------------------------------------------------- registries
 

@@ -454,14 +454,17 @@ def test_fair_returning_tenant_gets_no_burst(
     make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
 ) -> None:
     """fair: after an idle tenant returns with equal-size requests, the two alternate —
-    the returning tenant does not monopolise the lane to catch up."""
+    the returning tenant does not monopolise the lane to catch up. (Which of the two goes
+    first is a tie between equal counters; the test does not pin it.)"""
     sched, running, now = fair_with_returning_tenant(make_spec, make_lane, make_ticket)
     tenants: list[str] = []
     for _ in range(4):
         now += 1.0
         (running,) = admits(sched.complete(running.id, Usage(FAIR_PROMPT, FAIR_OUTPUT), now))
         tenants.append(running.tenant)
-    assert sorted(tenants) == ["a", "a", "b", "b"]
+    first, second = tenants[:2]
+    assert {first, second} == {"a", "b"}, tenants
+    assert tenants == [first, second, first, second]
 
 
 def test_fair_counter_is_none_outside_fair_lanes(

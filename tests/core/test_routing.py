@@ -8,7 +8,6 @@ from collections import Counter
 from collections.abc import Sequence
 
 import pytest
-from backend_pool import NOW, SERVICE_S, backend, backends, pick, ticket
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +21,7 @@ from sluicegate.core.routing import (
     make_router,
     router_names,
 )
+from tests.core.backend_pool import NOW, SERVICE_S, backend, backends, pick, ticket
 
 
 def pick_and_run(router: Router, pool: Sequence[BackendState], keys: Sequence[int | None]) -> None:
@@ -151,12 +151,17 @@ def test_prefix_affinity_spills_over_bound() -> None:
 
 
 def test_prefix_affinity_spreads_distinct_keys() -> None:
-    """Different keys land on every backend, roughly by weight."""
+    """Different keys land on every backend, roughly by weight: each backend's count is
+    within 20% of its weighted share. (The ring gives each backend 100 points per unit of
+    weight, so the arcs it owns, hence its share, are off by ~10% typically; on this fixed
+    ring and these keys the shares are 1064, 849 and 2087 of 1000, 1000 and 2000.)"""
     pool = [backend("a"), backend("b"), backend("c", 2.0)]
     router = PrefixAffinityRouter(pool)
     counts = Counter(pick(router, pool, key) for key in range(4000))
-    assert set(counts) == {"a", "b", "c"}
-    assert 1500 < counts["c"] < 2500
+    share = {"a": 1000, "b": 1000, "c": 2000}
+    assert set(counts) == set(share)
+    for name, expected in share.items():
+        assert abs(counts[name] - expected) <= 0.2 * expected, counts
 
 
 def test_prefix_affinity_without_key_uses_least_inflight() -> None:

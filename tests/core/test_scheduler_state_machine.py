@@ -21,6 +21,7 @@ from sluicegate.core import (
     BackendSpec,
     BackendStats,
     Decision,
+    ErrorCode,
     Expire,
     LaneSpec,
     ModelSpec,
@@ -47,6 +48,14 @@ QUEUE_POLICIES = [
     if fairness is None or policy not in POLICY_ALIASES
 ]
 """Every (policy, fairness) a lane accepts: each ordering with each fairness, and ``fair``."""
+REJECT_STATUS = {
+    ErrorCode.QUEUE_FULL: 429,
+    ErrorCode.RATE_LIMIT_EXCEEDED: 429,
+    ErrorCode.OVERLOADED: 503,
+    ErrorCode.DRAINING: 503,
+    ErrorCode.NO_HEALTHY_BACKEND: 503,
+}
+"""The HTTP status each refusal code comes with (``queue_timeout`` is an ``Expire``)."""
 
 
 def _lanes(
@@ -177,7 +186,7 @@ class SchedulerMachine(RuleBasedStateMachine):
                 self.queued.add(tid)
             elif isinstance(d, Reject):
                 assert 0.001 <= d.retry_after_s < math.inf
-                assert d.status in (429, 503)
+                assert d.status == REJECT_STATUS[d.code], d
                 self._end(tid)
             elif isinstance(d, Expire):
                 assert tid in self.queued

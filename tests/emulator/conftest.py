@@ -6,9 +6,9 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
 import pytest
-from emulator_harness import LiveEmulator, run_emulator
 
 from sluicegate.engine import EngineConfig, preset
+from tests.emulator.emulator_harness import LiveEmulator, run_emulator
 
 
 @pytest.fixture

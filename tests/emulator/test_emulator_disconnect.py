@@ -10,10 +10,10 @@ from contextlib import AbstractContextManager
 
 import aiohttp
 import pytest
-from emulator_harness import MODEL, LiveEmulator
 from prometheus_client.parser import text_string_to_metric_families
 
 from sluicegate.engine import EngineConfig
+from tests.emulator.emulator_harness import MODEL, LiveEmulator
 
 LONG = {"model": MODEL, "prompt": "hello", "max_tokens": 5000, "ignore_eos": True}
 

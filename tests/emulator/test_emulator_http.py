@@ -7,8 +7,9 @@ import urllib.request
 
 import orjson
 import pytest
-from emulator_harness import MODEL, LiveEmulator
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.emulator.emulator_harness import MODEL, LiveEmulator
 
 VLLM_SAMPLES = (
     "vllm:num_requests_running",

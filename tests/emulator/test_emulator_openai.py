@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import openai
 import pytest
-from emulator_harness import MODEL, LiveEmulator
 
 from sluicegate.engine import Engine
+from tests.emulator.emulator_harness import MODEL, LiveEmulator
 
 MESSAGES: list[openai.types.chat.ChatCompletionMessageParam] = [
     {"role": "user", "content": "Tell me about continuous batching, briefly."}

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 import aiohttp
-from emulator_harness import MODEL, LiveEmulator
 
 from sluicegate.engine import EngineConfig
+from tests.emulator.emulator_harness import MODEL, LiveEmulator
 
 
 def _body(max_tokens: int, *, stream: bool) -> dict[str, object]:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from engine_harness import Arrival, drive
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluicegate.engine import Engine, EngineConfig, StepResult, preset
+from tests.engine.engine_harness import Arrival, drive
 
 
 def small_config(**changes: object) -> EngineConfig:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from engine_harness import Arrival, drive
 
 from sluicegate.engine import Engine, preset
+from tests.engine.engine_harness import Arrival, drive
 
 CFG = preset("independent")
 

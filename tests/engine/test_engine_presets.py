@@ -5,9 +5,9 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from engine_harness import Arrival, drive
 
 from sluicegate.engine import PRESETS, Engine, EngineConfig, preset
+from tests.engine.engine_harness import Arrival, drive
 
 KIB = 1024
 GIB = 1024**3
@@ -38,7 +38,7 @@ def test_8b_decode_throughput_at_batch_64_is_within_published_range() -> None:
     in flight (vLLM v0.5.4, CPU-bound) and 8,088 tok/s at ~207 in flight (v0.6.0)."""
     durations = steady_decode_step_s(preset("llama-3.1-8b-h100"), 64, 1024)
     tokens_per_s = 64 / statistics.fmean(durations)
-    assert 3_000 <= tokens_per_s <= 8_100
+    assert 3_400 <= tokens_per_s <= 8_088
 
 
 def test_8b_single_stream_step_is_between_the_bandwidth_floor_and_light_load_itl() -> None:

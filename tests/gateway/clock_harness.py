@@ -10,10 +10,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
-from gateway_harness import ADMIN_KEY, Stack, gateway_config, start_server, stop_servers
-
 from sluicegate.gateway.app import build_app
 from sluicegate.gateway.clock import OffsetClock
+from tests.gateway.gateway_harness import (
+    ADMIN_KEY,
+    Stack,
+    gateway_config,
+    start_server,
+    stop_servers,
+)
 
 
 @contextmanager

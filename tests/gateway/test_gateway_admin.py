@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import aiohttp
 import pytest
-from gateway_harness import (
+
+from tests.gateway.gateway_harness import (
     ADMIN_KEY,
     MODEL,
     Stack,

@@ -8,8 +8,10 @@ import time
 
 import aiohttp
 import pytest
-from clock_harness import clocked_gateway
-from gateway_harness import (
+
+from sluicegate.gateway.clock import OffsetClock
+from tests.gateway.clock_harness import clocked_gateway
+from tests.gateway.gateway_harness import (
     FAST_PRIORS,
     MODEL,
     Reply,
@@ -22,8 +24,6 @@ from gateway_harness import (
     openai_error,
     wait_until,
 )
-
-from sluicegate.gateway.clock import OffsetClock
 
 TIMEOUT_S = 600.0
 LONG_QUEUE = f"""    max_concurrency: 1

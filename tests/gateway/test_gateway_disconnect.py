@@ -8,7 +8,8 @@ import time
 
 import aiohttp
 import pytest
-from gateway_harness import (
+
+from tests.gateway.gateway_harness import (
     MODEL,
     Stack,
     engine_stats,

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 import openai
 import orjson
 import pytest
-from gateway_harness import (
+
+from tests.gateway.gateway_harness import (
     MODEL,
     Reply,
     Stack,

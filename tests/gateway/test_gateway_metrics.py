@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 import openai
 import pytest
-from gateway_harness import ADMIN_KEY, MODEL, http_call, stack, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
+
+from tests.gateway.gateway_harness import ADMIN_KEY, MODEL, http_call, stack, wait_until
 
 KEY_A = "sk-canary-metrics-a-5d3c"
 KEY_R = "sk-canary-metrics-r-9e1f"

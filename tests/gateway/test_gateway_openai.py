@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import openai
 import pytest
-from gateway_harness import MODEL, Stack, http_call, openai_error, stack
+
+from tests.gateway.gateway_harness import MODEL, Stack, http_call, openai_error, stack
 
 KEY = "sk-openai-tests-key"
 BODY = """    lanes:
@@ -99,7 +100,9 @@ def test_answer_carries_queue_ms_and_lane_headers(client: openai.OpenAI) -> None
     )
     assert float(raw.headers["X-Sluicegate-Queue-Ms"]) >= 0.0
     assert raw.headers["X-Sluicegate-Lane"] == "interactive"
-    assert raw.parse().usage is not None
+    usage = raw.parse().usage
+    assert usage is not None
+    assert usage.completion_tokens == 3
 
 
 def test_stream_carries_the_requested_lane_header(client: openai.OpenAI) -> None:

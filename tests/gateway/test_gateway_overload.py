@@ -9,7 +9,8 @@ import time
 import aiohttp
 import httpx2
 import openai
-from gateway_harness import (
+
+from tests.gateway.gateway_harness import (
     ADMIN_KEY,
     FAST_PRIORS,
     MODEL,

@@ -8,12 +8,11 @@ failures, ``faulty_engine.FaultyEngine`` from the hardening tests."""
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 
 import aiohttp
 import pytest
-from gateway_harness import (
+
+from tests.gateway.gateway_harness import (
     FAST_PRIORS,
     MODEL,
     Stack,
@@ -26,10 +25,7 @@ from gateway_harness import (
     stack,
     wait_until,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hardening"))
-
-from faulty_engine import Fault, faulty_engine
+from tests.hardening.faulty_engine import Fault, faulty_engine
 
 CAP = 8
 KV = f"""    max_concurrency: {CAP}

@@ -13,7 +13,8 @@ from contextlib import asynccontextmanager
 
 import aiohttp
 import openai
-from gateway_harness import (
+
+from tests.gateway.gateway_harness import (
     FAST_PRIORS,
     MODEL,
     Stack,
@@ -117,7 +118,9 @@ async def test_interactive_reclaims_lent_capacity_by_preempting_a_borrower() -> 
     assert finish_reason(events[-2]) == "preempted"
     assert events[-1] == b"[DONE]"
     assert float(raw.headers["x-sluicegate-queue-ms"]) < 100.0
-    assert raw.parse().usage is not None
+    usage = raw.parse().usage
+    assert usage is not None
+    assert usage.completion_tokens == 5  # served in full: all of max_tokens (ignore_eos)
 
 
 async def test_lane_that_may_not_borrow_stays_within_its_cap() -> None:

@@ -12,7 +12,9 @@ import asyncio
 import aiohttp
 import openai
 import orjson
-from gateway_harness import (
+from openai.types import Completion
+
+from tests.gateway.gateway_harness import (
     FAST_PRIORS,
     MODEL,
     Stack,
@@ -26,7 +28,6 @@ from gateway_harness import (
     text_chunks,
     wait_until,
 )
-from openai.types import Completion
 
 URGENT_AFTER_MS = 100
 PREEMPT = f"""    max_concurrency: 2
@@ -134,8 +135,8 @@ async def test_urgent_interactive_request_preempts_a_best_effort_stream() -> Non
 async def test_preempted_non_streaming_request_gets_a_preempted_body_and_header() -> None:
     """A non-streamed best-effort request (``preempt_action: abort``) that is preempted for an
     urgent interactive one gets 200 with a normal completion body holding the text generated
-    so far, ``finish_reason: "preempted"`` and the header ``X-Sluicegate-Preempted: 1``; it is
-    counted as ``preempted``."""
+    so far (and a usage counting exactly its tokens), ``finish_reason: "preempted"`` and the
+    header ``X-Sluicegate-Preempted: 1``; it is counted as ``preempted``."""
     with stack(PREEMPT.replace("max_concurrency: 2", "max_concurrency: 1")) as gateway:
         async with _sdk(gateway) as sdk:
             victim = asyncio.ensure_future(_background(sdk, 3000))
@@ -150,9 +151,11 @@ async def test_preempted_non_streaming_request_gets_a_preempted_body_and_header(
     assert headers.get("x-sluicegate-preempted") == "1"
     assert completion.object == "text_completion"
     assert str(completion.choices[0].finish_reason) == "preempted"
-    assert completion.choices[0].text  # the partial answer reached the client
+    text = completion.choices[0].text
+    assert text  # the partial answer reached the client
     assert completion.usage is not None
-    assert 0 < completion.usage.completion_tokens < 3000
+    # The emulator generates one word per token: the usage counts exactly the text relayed.
+    assert 0 < completion.usage.completion_tokens == len(text.split()) < 3000, completion
     assert counted == {"completed": 1, "preempted": 1}
 
 

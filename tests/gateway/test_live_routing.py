@@ -6,7 +6,8 @@ import asyncio
 from collections.abc import Sequence
 
 import aiohttp
-from gateway_harness import (
+
+from tests.gateway.gateway_harness import (
     FAST_PRIORS,
     MODEL,
     Stack,

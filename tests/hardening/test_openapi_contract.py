@@ -15,7 +15,6 @@ from collections.abc import Iterator
 import orjson
 import pytest
 import schemathesis
-from gateway_harness import ADMIN_KEY, MODEL, Stack, http_call, stack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
@@ -23,6 +22,7 @@ from schemathesis.specs.openapi import checks
 
 from sluicegate.engine import preset
 from sluicegate.gateway.ops import openapi_document
+from tests.gateway.gateway_harness import ADMIN_KEY, MODEL, Stack, http_call, stack
 
 KEY = "sk-schemathesis-tenant"
 BODY = """    lanes:

@@ -23,7 +23,9 @@ from pathlib import Path
 import aiohttp
 import orjson
 import pytest
-from gateway_harness import (
+
+from sluicegate.demo.processes import free_port
+from tests.gateway.gateway_harness import (
     ADMIN_KEY,
     FAST_PRIORS,
     MODEL,
@@ -34,8 +36,6 @@ from gateway_harness import (
     stack,
     wait_until,
 )
-
-from sluicegate.demo.processes import free_port
 
 SMALL = {"model": MODEL, "prompt": "hi", "max_tokens": 8, "ignore_eos": True}
 

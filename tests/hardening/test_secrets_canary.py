@@ -12,8 +12,9 @@ in a proxy; the gateway never reads keys from there, so that case is not tested.
 from __future__ import annotations
 
 import pytest
-from gateway_harness import ADMIN_KEY, MODEL, Reply, http_call, stack
-from hardening_harness import capture_server_logs, raw_exchange, request_bytes
+
+from tests.gateway.gateway_harness import ADMIN_KEY, MODEL, Reply, http_call, stack
+from tests.hardening.hardening_harness import capture_server_logs, raw_exchange, request_bytes
 
 CANARY = "sk-canary-5d41402abc4b2a76b9719d911017c592"
 BODY = """    lanes:

@@ -26,7 +26,12 @@ from typing import TypeVar
 import aiohttp
 import orjson
 import pytest
-from gateway_harness import (
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sluicegate.emulator import build_app as build_emulator
+from sluicegate.engine import EngineConfig
+from sluicegate.gateway.app import build_app as build_gateway
+from tests.gateway.gateway_harness import (
     ADMIN_KEY,
     MODEL,
     RunningServer,
@@ -40,11 +45,6 @@ from gateway_harness import (
     stop_servers,
     wait_until,
 )
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from sluicegate.emulator import build_app as build_emulator
-from sluicegate.engine import EngineConfig
-from sluicegate.gateway.app import build_app as build_gateway
 
 HEADER_S = 0.5
 BODY_S = 0.5

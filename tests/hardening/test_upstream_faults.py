@@ -20,9 +20,9 @@ from typing import Any
 
 import orjson
 import pytest
-from clock_harness import clocked_gateway
-from faulty_engine import Fault, FaultyEngine, faulty_engine
-from gateway_harness import (
+
+from tests.gateway.clock_harness import clocked_gateway
+from tests.gateway.gateway_harness import (
     ERROR_FIELDS,
     MODEL,
     Reply,
@@ -37,6 +37,7 @@ from gateway_harness import (
     outcomes,
     wait_until,
 )
+from tests.hardening.faulty_engine import Fault, FaultyEngine, faulty_engine
 
 TIMEOUT_S = 0.3  # first byte, idle and connect
 MARGIN_S = 1.5  # CI is a loaded 2-core machine

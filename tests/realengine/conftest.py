@@ -8,7 +8,6 @@ when llama-cpp-python is not installed.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -16,13 +15,10 @@ from typing import Any
 
 import pytest
 
-# The gateway harness lives beside the gateway tests; these tests reuse it.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
-
-from gateway_harness import Stack
-from llama_server import LlamaServer, llama_server, require_llama_cpp
-from realengine_client import wait_engine_idle
-from realengine_stack import GatewayFactory, gateway_on
+from tests.gateway.gateway_harness import Stack
+from tests.realengine.llama_server import LlamaServer, llama_server, require_llama_cpp
+from tests.realengine.realengine_client import wait_engine_idle
+from tests.realengine.realengine_stack import GatewayFactory, gateway_on
 
 IDLE_WAIT_S = 30.0
 
@@ -31,7 +27,7 @@ IDLE_WAIT_S = 30.0
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny GGUF, written once per session."""
     require_llama_cpp()
-    from tiny_gguf import write_tiny_gguf
+    from tests.realengine.tiny_gguf import write_tiny_gguf
 
     return write_tiny_gguf(tmp_path_factory.mktemp("realengine") / "tiny.gguf")
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from gateway_harness import MODEL, unused_port
+
+from tests.gateway.gateway_harness import MODEL, unused_port
 
 # The tiny model streams ~3 ms a token, so 512 tokens of context would be over in ~1.5 s:
 # too short to show that a disconnect frees the engine. 4096 allows ~12 s streams.

@@ -7,7 +7,8 @@ import time
 import urllib.request
 
 import orjson
-from gateway_harness import MODEL, http_call
+
+from tests.gateway.gateway_harness import MODEL, http_call
 
 
 def token_count(engine_url: str, text: str) -> int:

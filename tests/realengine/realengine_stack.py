@@ -7,11 +7,11 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 import aiohttp
-from gateway_harness import ADMIN_KEY, MODEL, Stack, serve_in_thread
-from realengine_client import completion_body
 
 from sluicegate.config import parse_config
 from sluicegate.gateway.app import build_app
+from tests.gateway.gateway_harness import ADMIN_KEY, MODEL, Stack, serve_in_thread
+from tests.realengine.realengine_client import completion_body
 
 
 def backend_config(engine_port: int, body: str = "", *, max_concurrency: int | None = 1) -> str:

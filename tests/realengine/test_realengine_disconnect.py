@@ -10,15 +10,16 @@ import time
 import aiohttp
 import openai
 import pytest
-from gateway_harness import MODEL, model_state, wait_until
-from llama_server import LlamaServer, require_llama_cpp
-from realengine_client import (
+
+from tests.gateway.gateway_harness import MODEL, model_state, wait_until
+from tests.realengine.llama_server import LlamaServer, require_llama_cpp
+from tests.realengine.realengine_client import (
     completion_body,
     engine_answers_within,
     stalled_stream,
     wait_engine_idle,
 )
-from realengine_stack import GatewayFactory, hold_engine
+from tests.realengine.realengine_stack import GatewayFactory, hold_engine
 
 require_llama_cpp()
 pytestmark = pytest.mark.realengine

@@ -11,10 +11,11 @@ import aiohttp
 import openai
 import orjson
 import pytest
-from gateway_harness import MODEL, http_call, wait_until
-from llama_server import LlamaServer, require_llama_cpp
 from openai.types.chat import ChatCompletionMessageParam
-from realengine_client import (
+
+from tests.gateway.gateway_harness import MODEL, http_call, wait_until
+from tests.realengine.llama_server import LlamaServer, require_llama_cpp
+from tests.realengine.realengine_client import (
     completion_body,
     data_payloads,
     engine_answers_within,
@@ -26,7 +27,7 @@ from realengine_client import (
 require_llama_cpp()
 pytestmark = pytest.mark.realengine
 
-from tiny_gguf import chatml  # noqa: E402
+from tests.realengine.tiny_gguf import chatml  # noqa: E402
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say something."}]
 # ~6 MB of streamed chunks: more than the loopback socket buffers hold (~1.5-3 MB).

@@ -9,10 +9,11 @@ from collections.abc import Iterator
 
 import openai
 import pytest
-from gateway_harness import MODEL, Stack, backend_state, http_call, openai_error
-from llama_server import N_CTX, require_llama_cpp
-from realengine_client import completion_body, data_payloads, error_of
-from realengine_stack import GatewayFactory
+
+from tests.gateway.gateway_harness import MODEL, Stack, backend_state, http_call, openai_error
+from tests.realengine.llama_server import N_CTX, require_llama_cpp
+from tests.realengine.realengine_client import completion_body, data_payloads, error_of
+from tests.realengine.realengine_stack import GatewayFactory
 
 require_llama_cpp()
 pytestmark = pytest.mark.realengine
@@ -59,8 +60,8 @@ def _ask_too_long(client: openai.OpenAI, endpoint: str) -> None:
 
 
 def test_streamed_prompt_too_long_ends_with_an_error_event(gateway: Stack) -> None:
-    """The engine's empty 200 stream reaches the client as one error event then [DONE],
-    promptly (the SDK raises an APIError)."""
+    """The engine's empty 200 stream reaches the client as one ``empty_stream`` error event
+    then [DONE], promptly (the SDK raises an APIError)."""
     body = completion_body(TOO_LONG, 4, stream=True)
     start = time.monotonic()
     reply = http_call(gateway.base_url, "POST", "/v1/completions", json=body)
@@ -68,7 +69,9 @@ def test_streamed_prompt_too_long_ends_with_an_error_event(gateway: Stack) -> No
     payloads = data_payloads(reply.body)
     assert reply.status == 200
     assert len(payloads) == 2, payloads
-    assert error_of(payloads) is not None
+    error = error_of(payloads)
+    assert error is not None, payloads
+    assert error["code"] == "empty_stream", error
     assert payloads[-1] == b"[DONE]"
     assert took < 5.0
     with _client(gateway) as client, pytest.raises(openai.APIError):

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from gateway_harness import MODEL, backend_state, metric, wait_until
-from llama_server import LlamaServer, llama_server, require_llama_cpp
-from realengine_client import completion_body
-from realengine_stack import GatewayFactory, gateway_on
+
+from tests.gateway.gateway_harness import MODEL, backend_state, metric, wait_until
+from tests.realengine.llama_server import LlamaServer, llama_server, require_llama_cpp
+from tests.realengine.realengine_client import completion_body
+from tests.realengine.realengine_stack import GatewayFactory, gateway_on
 
 require_llama_cpp()
 pytestmark = pytest.mark.realengine

@@ -12,11 +12,12 @@ from pathlib import Path
 import aiohttp
 import orjson
 import pytest
-from gaps import CUT_SHORT_STREAM
-from gateway_harness import finish_reason, read_events
-from llama_server import LlamaServer, llama_server, require_llama_cpp
-from realengine_client import completion_body, error_of
-from realengine_stack import gateway_on
+
+from tests.gateway.gateway_harness import finish_reason, read_events
+from tests.realengine.gaps import CUT_SHORT_STREAM
+from tests.realengine.llama_server import LlamaServer, llama_server, require_llama_cpp
+from tests.realengine.realengine_client import completion_body, error_of
+from tests.realengine.realengine_stack import gateway_on
 
 require_llama_cpp()
 pytestmark = pytest.mark.realengine

@@ -8,17 +8,18 @@ from collections.abc import Iterator
 
 import openai
 import pytest
-from gaps import STREAM_PROMPT_TOKENS
-from gateway_harness import MODEL, Stack, metric, wait_until
-from llama_server import LlamaServer, require_llama_cpp
 from openai.types.chat import ChatCompletionMessageParam
-from realengine_client import token_count
-from realengine_stack import GatewayFactory
+
+from tests.gateway.gateway_harness import MODEL, Stack, metric, wait_until
+from tests.realengine.gaps import STREAM_PROMPT_TOKENS
+from tests.realengine.llama_server import LlamaServer, require_llama_cpp
+from tests.realengine.realengine_client import token_count
+from tests.realengine.realengine_stack import GatewayFactory
 
 require_llama_cpp()
 pytestmark = pytest.mark.realengine
 
-from tiny_gguf import chatml  # noqa: E402
+from tests.realengine.tiny_gguf import chatml  # noqa: E402
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Tell me a story."}]
 PROMPT = "Once upon a time"

@@ -10,10 +10,11 @@ import time
 import aiohttp
 import openai
 import pytest
-from gateway_harness import MODEL, Stack, http_call, model_state, wait_until
-from llama_server import require_llama_cpp
-from realengine_client import completion_body
-from realengine_stack import GatewayFactory, hold_engine
+
+from tests.gateway.gateway_harness import MODEL, Stack, http_call, model_state, wait_until
+from tests.realengine.llama_server import require_llama_cpp
+from tests.realengine.realengine_client import completion_body
+from tests.realengine.realengine_stack import GatewayFactory, hold_engine
 
 require_llama_cpp()
 pytestmark = pytest.mark.realengine

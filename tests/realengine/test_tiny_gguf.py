@@ -7,12 +7,13 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from llama_server import SKIP_REASON
+
+from tests.realengine.llama_server import SKIP_REASON
 
 gguf = pytest.importorskip("gguf", reason=SKIP_REASON)
 pytestmark = pytest.mark.realengine
 
-from tiny_gguf import (  # noqa: E402
+from tests.realengine.tiny_gguf import (  # noqa: E402
     CHAT_TEMPLATE,
     IM_END,
     LAYERS,

@@ -35,15 +35,22 @@ def _assert_sorted_from_zero(requests: list[WorkloadRequest]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "rows"),
-    [("AzureLLMInferenceTrace_conv.csv", 19_366), ("AzureLLMInferenceTrace_code.csv", 8_819)],
+    ("name", "rows", "span_s"),
+    [
+        # 18:15:46.6805900 to 19:14:08.4025270
+        ("AzureLLMInferenceTrace_conv.csv", 19_366, 3501.721937),
+        # 18:17:03.9799600 to 19:14:19.9280160
+        ("AzureLLMInferenceTrace_code.csv", 8_819, 3435.948056),
+    ],
 )
-def test_real_azure_trace_loads_sorted_from_zero(name: str, rows: int) -> None:
-    """Each row of a real Azure trace is a request; arrivals start at 0 and never decrease."""
+def test_real_azure_trace_loads_sorted_from_zero(name: str, rows: int, span_s: float) -> None:
+    """Each row of a real Azure trace is a request; arrivals start at 0, never decrease, and
+    end at the span from the file's first timestamp to its last (just under an hour), to the
+    microsecond."""
     requests = load_azure_csv(TRACES / name)
     assert len(requests) == rows
     _assert_sorted_from_zero(requests)
-    assert 3000.0 < requests[-1].arrival_s < 3600.0  # one hour of traffic
+    assert requests[-1].arrival_s == pytest.approx(span_s, abs=1e-6)
     assert all(r.output_tokens == r.max_tokens >= 1 for r in requests)
 
 
