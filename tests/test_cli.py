@@ -116,3 +116,20 @@ def test_simulate_accepts_the_oracles(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert (tmp_path / "out" / "results.json").is_file()
+
+
+def test_bench_refuses_a_prefix_mapping(tmp_path: Path) -> None:
+    """``bench --field prefix=...`` would change nothing (bench sends synthetic text), so it
+    is refused with a message saying why, before any load is sent."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"ts": 0, "in": 10, "out": 5, "h": [1, 2]}\n', encoding="utf-8")
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench", "--url", "http://127.0.0.1:9", "--model", "m", "--trace", str(trace),
+            "--field", "arrival=ts:ms", "--field", "prompt=in", "--field", "output=out",
+            "--field", "prefix=h",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert "bench sends synthetic prompt text" in result.output

@@ -112,10 +112,19 @@ def simulate(
     max_tokens: Annotated[
         str, typer.Option(help="traces: client max_tokens = exact | pow2 | N (a fixed cap)")
     ] = "exact",
+    field: Annotated[
+        list[str] | None, typer.Option(help="trace column NAME=COLUMN[:UNIT] (repeat)")
+    ] = None,
+    prefix_workload: Annotated[
+        str | None, typer.Option(help="shared system prompts RATE:PROMPTS:BLOCKS[:ZIPF]")
+    ] = None,
     mix: Annotated[
         str | None, typer.Option(help="share:tenant:lane:priority[:deadline_ms],...")
     ] = None,
-    policy: Annotated[list[str] | None, typer.Option(help="policy to compare (repeat)")] = None,
+    policy: Annotated[
+        list[str] | None,
+        typer.Option(help="policy to compare (repeat); config (default): the config's own lanes"),
+    ] = None,
     preset: Annotated[str | None, typer.Option(help="engine preset")] = None,
     replicas: Annotated[int | None, typer.Option(help="engine replicas")] = None,
     sweep: Annotated[str | None, typer.Option(help="rate multipliers, e.g. 0.5,1,1.5,2")] = None,
@@ -137,6 +146,7 @@ def simulate(
         options = workload_options(
             trace=trace, poisson_rate=poisson_rate, gamma=gamma, duration_s=duration,
             window=window, rate_scale=rate_scale, mix=mix, seed=seed, max_tokens=max_tokens,
+            fields=tuple(field or ()), prefix_workload=prefix_workload,
         )  # fmt: skip
         requests = build_workload(options)
         multipliers = [float(k) for k in sweep.split(",")] if sweep else None
@@ -167,6 +177,12 @@ def bench(
     duration: Annotated[float, typer.Option(help="seconds of synthetic load")] = 60.0,
     window: Annotated[str | None, typer.Option(help="START:DURATION seconds of the trace")] = None,
     rate_scale: Annotated[float, typer.Option(help="replay at k× the rate")] = 1.0,
+    max_tokens: Annotated[
+        str, typer.Option(help="traces: client max_tokens = exact | pow2 | N (a fixed cap)")
+    ] = "exact",
+    field: Annotated[
+        list[str] | None, typer.Option(help="trace column NAME=COLUMN[:UNIT] (repeat)")
+    ] = None,
     mix: Annotated[
         str | None, typer.Option(help="share:tenant:lane:priority[:deadline_ms],...")
     ] = None,
@@ -184,9 +200,15 @@ def bench(
     from sluicegate.sim.command import build_workload, workload_options
 
     try:
+        if any(f.split("=", 1)[0].strip() == "prefix" for f in field or ()):
+            raise ValueError(
+                "--field prefix=...: bench sends synthetic prompt text, so block hashes would"
+                " change nothing; map prefix only for simulate"
+            )
         options_in = workload_options(
             trace=trace, poisson_rate=poisson_rate, gamma=gamma, duration_s=duration,
-            window=window, rate_scale=rate_scale, mix=mix, seed=seed,
+            window=window, rate_scale=rate_scale, mix=mix, seed=seed, max_tokens=max_tokens,
+            fields=tuple(field or ()),
         )  # fmt: skip
         schedule = build_workload(options_in)
         options = BenchOptions(

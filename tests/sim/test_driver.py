@@ -213,10 +213,17 @@ def test_engine_batch_never_exceeds_max_num_seqs() -> None:
 
 
 def test_kv_exhaustion_preempts_inside_the_engine_without_losing_requests() -> None:
-    """A KV cache too small for the batch forces recompute preemptions; all still complete."""
+    """A KV cache too small for the batch forces recompute preemptions; all still complete.
+    The gateway's token budget (derived from the KV capacity by default) is turned off so
+    the engine, not the gateway, meets the shortage."""
     config = dataclasses.replace(TINY, max_num_seqs=16, kv_capacity_tokens=2048)
     workload = poisson(30.0, 200, 5, output_tokens=120, max_tokens=200)
-    result = run(spec(lane(max_concurrency=16), cap=16), workload, engine=config)
+    base = spec(lane(max_concurrency=16), cap=16)
+    (model,) = base.models
+    unbounded = base.model_copy(
+        update={"models": (model.model_copy(update={"max_inflight_tokens": None}),)}
+    )
+    result = run(unbounded, workload, engine=config)
     assert result.engine_preemptions > 0
     assert all(rec.outcome == "completed" for rec in result.records)
     assert all(rec.generated_tokens == 120 for rec in result.records)

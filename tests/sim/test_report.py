@@ -199,13 +199,15 @@ def test_tables_put_policies_side_by_side(results: dict[str, SimResult]) -> None
     assert "SLO attainment" in text
 
 
-def test_utilization_and_occupancy_are_fractions(results: dict[str, SimResult]) -> None:
-    """Busy fraction and batch occupancy lie in (0, 1]; replicas come from the argument."""
+def test_step_time_and_slot_occupancy_are_fractions(results: dict[str, SimResult]) -> None:
+    """The share of time any step ran and the slot occupancy against the gateway's cap
+    (4 here: model and lane cap 4, below 2 replicas × 32 sequences) lie in (0, 1];
+    replicas come from the argument."""
     for result in results.values():
-        summary = summarize(result)
+        summary = summarize(result, slot_cap=4)
         assert summary.replicas == 2
-        assert 0.0 < summary.utilization <= 1.0
-        assert 0.0 < summary.batch_occupancy <= 1.0
+        assert 0.0 < summary.any_step_running <= 1.0
+        assert 0.0 < summary.slot_occupancy <= 1.0
         assert math.isclose(summary.span_s, result.end_s - result.start_s)
 
 

@@ -160,7 +160,7 @@ def _would_unblock(
         return victim.ticket.lane == lane.spec.name and not victim.borrowed
     if model.tokens_fit(head):
         return True
-    budget = model.spec.max_inflight_tokens or 0
+    budget = model.token_budget or 0
     return model.inflight_tokens - victim.cost_tokens + head.cost_tokens <= budget
 
 

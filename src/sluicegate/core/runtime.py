@@ -11,7 +11,7 @@ from sluicegate.core.limits import Limit, make_limit
 from sluicegate.core.policies import make_queue
 from sluicegate.core.predictor import Predictor
 from sluicegate.core.routing import Router, make_router
-from sluicegate.core.spec import LaneSpec, ModelSpec
+from sluicegate.core.spec import KV_WATERMARK, LaneSpec, ModelSpec
 from sluicegate.core.ticket import MAX_PRIORITY, TicketId
 
 
@@ -52,6 +52,7 @@ class ModelRuntime:
         "backends",
         "borrowed_running",
         "inflight_tokens",
+        "kv_capacity",
         "lane_order",
         "lanes",
         "limit",
@@ -61,6 +62,7 @@ class ModelRuntime:
         "running_by_priority",
         "running_entries",
         "spec",
+        "token_budget",
         "wakeup",
     )
 
@@ -89,6 +91,10 @@ class ModelRuntime:
         self.running = 0
         self.borrowed_running = 0
         self.inflight_tokens = 0
+        # Each backend's reported KV capacity in tokens, for an ``auto`` budget.
+        self.kv_capacity: dict[str, int] = {}
+        configured = spec.max_inflight_tokens
+        self.token_budget: int | None = configured if isinstance(configured, int) else None
         self.running_entries: dict[TicketId, Entry] = {}
         self.running_by_priority = [0] * (MAX_PRIORITY + 1)
         self.wakeup: float | None = None
@@ -111,9 +117,21 @@ class ModelRuntime:
                 idle += lane.cap - lane.own
         return idle
 
+    def set_kv_capacity(self, backend: str, tokens: int) -> None:
+        """Record ``backend``'s KV capacity; an ``auto`` budget follows once all are known.
+
+        The derived budget is the sum of every backend's capacity times
+        ``KV_WATERMARK``; while any backend's capacity is unknown there is none.
+        """
+        self.kv_capacity[backend] = tokens
+        if self.spec.max_inflight_tokens != "auto" or len(self.kv_capacity) < len(self.backends):
+            return
+        total = sum(self.kv_capacity.values())
+        self.token_budget = max(1, int(total * KV_WATERMARK))
+
     def tokens_fit(self, entry: Entry) -> bool:
         """Whether ``entry`` fits the in-flight token budget (always, when nothing runs)."""
-        budget = self.spec.max_inflight_tokens
+        budget = self.token_budget
         return (
             budget is None
             or self.running == 0

@@ -187,6 +187,8 @@ class Scheduler:
             backend.num_requests_running = stats.num_requests_running
         if stats.num_requests_waiting is not None:
             backend.num_requests_waiting = stats.num_requests_waiting
+        if stats.kv_capacity_tokens is not None:
+            model.set_kv_capacity(backend.name, stats.kv_capacity_tokens)
         if stats.kv_cache_usage is not None:
             backend.kv_cache_usage = stats.kv_cache_usage
             if model.limit is not None:

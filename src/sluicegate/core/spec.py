@@ -13,7 +13,7 @@ re-exported here.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -130,14 +130,27 @@ def default_lanes() -> tuple[LaneSpec, ...]:
     )
 
 
+KV_WATERMARK = 0.9
+"""Fraction of the backends' KV capacity an ``auto`` token budget may fill (DESIGN §5).
+
+Fixed rather than a ``kv_cache`` limit's ``high_water``: the budget is the hard
+ceiling against KV preemption, the adaptive limit a controller below it, which a
+budget at its own set-point would leave nothing to do."""
+
+
 class ModelSpec(FrozenSpec):
-    """A model clients name in ``"model"``: its lanes, backends and model-wide limits."""
+    """A model clients name in ``"model"``: its lanes, backends and model-wide limits.
+
+    ``max_inflight_tokens``: a number is the budget; ``"auto"`` (the default)
+    derives it from the backends' KV capacity once every backend has reported it;
+    ``None`` (``null`` or ``off`` in YAML, which also reads as false) means no budget.
+    """
 
     name: str = Field(min_length=1)
     backends: tuple[BackendSpec, ...] = ()
     lanes: tuple[LaneSpec, ...] = Field(default_factory=default_lanes)
     max_concurrency: int = Field(64, ge=1, le=1_000_000)
-    max_inflight_tokens: int | None = Field(None, ge=1)
+    max_inflight_tokens: Annotated[int, Field(ge=1)] | Literal["auto"] | None = "auto"
     router: str = "least_inflight"
     adaptive: AdaptiveSpec | None = None
     circuit_failures: int = Field(5, ge=1, description="consecutive failures that open a circuit")
@@ -148,6 +161,16 @@ class ModelSpec(FrozenSpec):
     preempt_slack_s: float = Field(
         0.0, ge=0.0, description="preempt when a waiter's slack falls below this"
     )
+
+    @field_validator("max_inflight_tokens", mode="before")
+    @classmethod
+    def _budget_off(cls, value: object) -> object:
+        # YAML reads a bare ``off`` as false.
+        if value is False or value == "off":
+            return None
+        if value is True:
+            raise ValueError("max_inflight_tokens: a number of tokens, 'auto', 'off' or null")
+        return value
 
     @field_validator("lanes")
     @classmethod

@@ -118,6 +118,8 @@ class BackendStats:
     """One observation of a backend: active health probe and/or scraped engine metrics.
 
     Any field left ``None`` is unknown and leaves the previous value in place.
+    ``kv_capacity_tokens`` is the engine's KV-cache size in tokens (for an
+    ``auto`` in-flight token budget).
     """
 
     model: str
@@ -126,3 +128,4 @@ class BackendStats:
     kv_cache_usage: float | None = None
     num_requests_running: int | None = None
     num_requests_waiting: int | None = None
+    kv_capacity_tokens: int | None = None

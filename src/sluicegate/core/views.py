@@ -70,7 +70,7 @@ def view_model(model: ModelRuntime, now: float) -> ModelView:
         cap=model.cap(),
         configured_cap=model.spec.max_concurrency,
         inflight_tokens=model.inflight_tokens,
-        max_inflight_tokens=model.spec.max_inflight_tokens,
+        max_inflight_tokens=model.token_budget,
         lanes=tuple(
             LaneView(
                 name=lane.spec.name,

@@ -35,8 +35,10 @@ class EmulatorMetrics:
 
     Gauges: ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
     ``vllm:kv_cache_usage_perc`` and its deprecated twin
-    ``vllm:gpu_cache_usage_perc`` (0–1). Counters: ``vllm:prompt_tokens_total``,
-    ``vllm:generation_tokens_total``, ``vllm:num_preemptions_total``,
+    ``vllm:gpu_cache_usage_perc`` (0–1), and ``vllm:cache_config_info`` (1, with
+    the engine's ``block_size`` and ``num_gpu_blocks`` as labels; not for a
+    ``batch_independent`` engine, which has no shared KV cache). Counters:
+    ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``, ``vllm:num_preemptions_total``,
     ``vllm:request_success_total{finished_reason}``. Histograms:
     ``vllm:time_to_first_token_seconds``, ``vllm:inter_token_latency_seconds``,
     ``vllm:time_per_output_token_seconds`` (the same per-token gaps, its older
@@ -95,6 +97,16 @@ class EmulatorMetrics:
         for name, doc, read in readings:
             gauge = Gauge(name, doc, _LABELS, registry=self.registry)
             gauge.labels(*self._values).set_function(read)
+        config = engine.config
+        if config.batch_independent:
+            return  # independent servers model no shared KV cache to report
+        info = Gauge(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            ["engine", "block_size", "num_gpu_blocks"],
+            registry=self.registry,
+        )
+        info.labels("0", str(config.block_size), str(config.num_blocks)).set(1.0)
 
     def _counter(self, name: str, doc: str) -> Counter:
         counter = Counter(name, doc, _LABELS, registry=self.registry)

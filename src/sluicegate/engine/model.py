@@ -29,6 +29,10 @@ free)`` even if ``step`` is called later, so queueing and service times are
 exact; an event that falls before the call that discovers it is reported late,
 at that call (see ``servers``).
 
+Prefix caching (``add_request(prefix=block hashes)``, see ``prefix_cache``): an
+admitted request's leading cached blocks are not prefilled; its blocks are
+cached after its prefill and at its end. Requests without hashes never touch it.
+
 A simulator may skip the events of pure-decode steps: ``plan_decode`` says
 which steps come next while nothing waits and nobody finishes, and
 ``advance_decode`` applies them (see ``decode``).
@@ -37,10 +41,12 @@ which steps come next while nothing waits and nobody finishes, and
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 
 from sluicegate.engine.config import EngineConfig
 from sluicegate.engine.decode import DecodeRun, apply_run, plan_run
 from sluicegate.engine.lengths import DEFAULT_LENGTH_MODEL, OutputLengthModel, resolve_output_tokens
+from sluicegate.engine.prefix_cache import PrefixCache
 from sluicegate.engine.servers import IndependentServers
 from sluicegate.engine.step import SeqState, StepOutput, StepResult
 
@@ -80,6 +86,8 @@ class Engine:
         self._now = float("-inf")
         self._version = 0  # bumped by every change, so a stale DecodeRun is refused
         self._servers = IndependentServers(config) if config.batch_independent else None
+        self._cache = PrefixCache()
+        self._to_cache: list[tuple[int, ...]] = []
 
     @property
     def config(self) -> EngineConfig:
@@ -118,6 +126,11 @@ class Engine:
         return self._generation_tokens
 
     @property
+    def prefix_cache(self) -> PrefixCache:
+        """The replica's prefix cache, with its query and hit token counters (read only)."""
+        return self._cache
+
+    @property
     def is_idle(self) -> bool:
         """True when no request is waiting or running."""
         return not self._seqs
@@ -150,8 +163,12 @@ class Engine:
         *,
         output_tokens: int | None = None,
         ignore_eos: bool = False,
+        prefix: Sequence[int] = (),
     ) -> None:
         """Queue a request (FCFS) arriving at ``now``.
+
+        ``prefix`` hashes the prompt's full KV blocks in order (more are ignored;
+        none: no prefix caching).
 
         Raises:
             ValueError: duplicate id, non-positive sizes, or a request that could
@@ -166,7 +183,8 @@ class Engine:
         )
         self._order += 1
         self._version += 1
-        seq = SeqState(req_id, prompt_tokens, target, now, self._order)
+        full = 0 if self._servers is not None else prompt_tokens // self._config.block_size
+        seq = SeqState(req_id, prompt_tokens, target, now, self._order, tuple(prefix[:full]))
         self._seqs[req_id] = seq
         self._waiting.append(seq)
         self._now = max(self._now, now)
@@ -221,6 +239,8 @@ class Engine:
         if out.finished:
             self._running = [s for s in self._running if not s.done]
         self._generation_tokens += len(out.tokens)
+        if self._to_cache:
+            self._cache.insert_all(self._to_cache, self._free_blocks)
         return out.result(self._config.step_s(out.prefill, out.decode, out.kv))
 
     def _schedule_running(self, out: StepOutput, budget: int) -> int:
@@ -304,12 +324,13 @@ class Engine:
         bs = cfg.block_size
         while waiting and budget > 0 and slots > 0:
             seq = waiting[0]
-            n = seq.total
+            cached = self._cache.lookup(seq.prefix, seq.total, bs, self._free_blocks)
+            n = seq.total - cached
             if n > budget:
                 if not cfg.enable_chunked_prefill:
                     break
                 n = budget
-            need = (n + bs - 1) // bs
+            need = (cached + n + bs - 1) // bs
             if need > self._free_blocks:
                 break
             waiting.popleft()
@@ -318,12 +339,14 @@ class Engine:
             self._free_blocks -= need
             seq.blocks = need
             seq.capacity = need * bs
-            seq.computed = n
+            seq.computed = cached + n
             seq.prefill_end = seq.total
             budget -= n
             out.prefill += n
-            out.kv += n
-            if n == seq.total:
+            out.kv += cached + n
+            if seq.prefix:
+                self._cache.count(seq.prompt_tokens, cached, self._free_blocks)
+            if cached + n == seq.total:
                 self._emit(seq, out)
 
     def _emit(self, seq: SeqState, out: StepOutput) -> None:
@@ -333,6 +356,8 @@ class Engine:
         seq.total += 1
         req_id = seq.req_id
         out.tokens[req_id] = 1
+        if seq.prefix and (generated == 1 or generated >= seq.target):
+            self._to_cache.append(seq.prefix)  # prefilled, or finished: its blocks are cached
         if generated == 1:
             out.first.append(req_id)
         if generated >= seq.target:

@@ -37,14 +37,24 @@ class SeqState:
 
     ``total`` = prompt + generated tokens; ``computed`` of them have KV;
     ``blocks`` KV blocks (``capacity`` tokens) hold them; tokens before
-    ``prefill_end`` are prefilled, the rest decoded one per step.
+    ``prefill_end`` are prefilled, the rest decoded one per step; ``prefix``
+    names the prompt's full blocks for the prefix cache (empty: not cached).
     """
 
     __slots__ = ("arrival", "blocks", "capacity", "computed", "done", "generated", "order",
-                 "prefill_end", "prompt_tokens", "req_id", "target", "total")  # fmt: skip
+                 "prefill_end", "prefix", "prompt_tokens", "req_id", "target", "total")  # fmt: skip
 
-    def __init__(self, req_id: str, prompt_tokens: int, target: int, arrival: float, order: int):
+    def __init__(
+        self,
+        req_id: str,
+        prompt_tokens: int,
+        target: int,
+        arrival: float,
+        order: int,
+        prefix: tuple[int, ...] = (),
+    ):
         self.req_id = req_id
+        self.prefix = prefix  # hashes of the prompt's full KV blocks, for the prefix cache
         self.prompt_tokens = prompt_tokens
         self.target = target
         self.arrival = arrival

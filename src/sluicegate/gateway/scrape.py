@@ -4,7 +4,9 @@ Understands vLLM (``vllm:kv_cache_usage_perc``, the older
 ``vllm:gpu_cache_usage_perc``, ``vllm:num_requests_running/waiting``), SGLang
 (``sglang:token_usage``, ``sglang:num_running_reqs``, ``sglang:num_queue_reqs``)
 and llama.cpp's server (``llamacpp:kv_cache_usage_ratio``,
-``llamacpp:requests_processing``, ``llamacpp:requests_deferred``).
+``llamacpp:requests_processing``, ``llamacpp:requests_deferred``). vLLM's
+``vllm:cache_config_info`` (labels ``num_gpu_blocks`` × ``block_size``) gives the
+KV capacity in tokens that an ``auto`` in-flight token budget is derived from.
 
 Not every engine has both endpoints; llama-cpp-python has neither. Without
 ``/health``, any HTTP answer to the probe (a 404 included) means the engine is
@@ -36,19 +38,39 @@ KV_USAGE = (
 )
 RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing")
 WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred")
+CACHE_CONFIG = "vllm:cache_config_info"
+KV_CAPACITY = "kv_capacity_tokens"  # key of the derived capacity in ``parse_engine_metrics``
 PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
 METRICS_RETRY_POLLS = 30
 
 
 def parse_engine_metrics(text: str) -> dict[str, float]:
-    """Sum the samples of the known engine metrics (over labels such as ``model_name``)."""
+    """Sum the samples of the known engine metrics (over labels such as ``model_name``).
+
+    The KV capacity from ``vllm:cache_config_info``, when its labels give it, is
+    under ``KV_CAPACITY``.
+    """
     wanted = set(KV_USAGE + RUNNING + WAITING)
     found: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name in wanted:
                 found[sample.name] = found.get(sample.name, 0.0) + float(sample.value)
+            elif sample.name == CACHE_CONFIG:
+                capacity = _kv_capacity(sample.labels)
+                if capacity is not None:
+                    found[KV_CAPACITY] = float(capacity)
     return found
+
+
+def _kv_capacity(labels: dict[str, str]) -> int | None:
+    """``num_gpu_blocks × block_size``; None if either is missing or not a positive
+    integer (vLLM reports ``num_gpu_blocks="None"`` before profiling the GPU)."""
+    try:
+        blocks, size = int(labels["num_gpu_blocks"]), int(labels["block_size"])
+    except (KeyError, ValueError):
+        return None
+    return blocks * size if blocks > 0 and size > 0 else None
 
 
 def _first(found: dict[str, float], names: tuple[str, ...]) -> float | None:
@@ -60,6 +82,7 @@ def stats_from(
 ) -> BackendStats:
     """What a probe (``healthy``) and a scrape (``found``) tell the scheduler about a backend."""
     running, waiting = _first(found, RUNNING), _first(found, WAITING)
+    capacity = found.get(KV_CAPACITY)
     return BackendStats(
         model=model,
         backend=backend,
@@ -67,6 +90,7 @@ def stats_from(
         kv_cache_usage=_first(found, KV_USAGE),
         num_requests_running=None if running is None else int(running),
         num_requests_waiting=None if waiting is None else int(waiting),
+        kv_capacity_tokens=None if capacity is None else int(capacity),
     )
 
 

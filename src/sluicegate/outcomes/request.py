@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
+
+PREFIX_KEY_BLOCKS = 4
+"""Leading block hashes the routing key covers (64 tokens at 16-token blocks, about
+the gateway's 256 characters at 4 characters per token)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +24,9 @@ class WorkloadRequest:
         priority: 0 (critical) … 5 (background).
         deadline_ms: optional per-request deadline relative to arrival; ``None``
             means the lane's SLO.
+        prefix: hashes of the prompt's KV blocks in order (Mooncake-style
+            ``hash_ids``; equal leading hashes mean a shared prompt prefix);
+            empty when the workload does not say.
     """
 
     arrival_s: float
@@ -29,3 +37,14 @@ class WorkloadRequest:
     lane: str = "interactive"
     priority: int = 2
     deadline_ms: float | None = None
+    prefix: tuple[int, ...] = ()
+
+    @property
+    def prefix_key(self) -> int | None:
+        """The ticket's ``prefix_key`` for ``prefix_affinity``: CRC-32 of the first
+        :data:`PREFIX_KEY_BLOCKS` block hashes, as the gateway hashes the prompt's
+        leading text; ``None`` without hashes."""
+        if not self.prefix:
+            return None
+        lead = ",".join(str(h) for h in self.prefix[:PREFIX_KEY_BLOCKS])
+        return zlib.crc32(lead.encode())

@@ -17,6 +17,8 @@ from sluicegate.sim.workloads import (
     scale_rate,
     window,
 )
+from sluicegate.sim.workloads.fields import load_mapped, parse_fields
+from sluicegate.sim.workloads.prefix import parse_prefix_workload, shared_prefix
 
 DEFAULT_CONFIG = """\
 models:
@@ -25,7 +27,8 @@ simulation:
   preset: llama-3.1-8b-h100
   replicas: 1
 """
-DEFAULT_POLICIES = ("fifo", "sjf", "oracle", "slack", "slack-oracle")
+DEFAULT_POLICIES = ("config",)
+"""``simulate`` without ``--policy``: the config's own per-lane policies and fairness."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,8 @@ class WorkloadOptions:
     mix: str | None = None
     seed: int = 0
     max_tokens: str = "exact"
+    fields: tuple[str, ...] = ()
+    prefix_workload: str | None = None
 
 
 def workload_options(
@@ -54,6 +59,8 @@ def workload_options(
     mix: str | None,
     seed: int,
     max_tokens: str = "exact",
+    fields: tuple[str, ...] = (),
+    prefix_workload: str | None = None,
 ) -> WorkloadOptions:
     """Options from the CLI's strings (``RATE:CV``, ``START:DURATION``), checked."""
     return WorkloadOptions(
@@ -66,6 +73,8 @@ def workload_options(
         mix=mix,
         seed=seed,
         max_tokens=max_tokens,
+        fields=fields,
+        prefix_workload=prefix_workload,
     )
 
 
@@ -80,11 +89,24 @@ def build_workload(options: WorkloadOptions) -> list[WorkloadRequest]:
         options.trace is not None,
         options.poisson_rate is not None,
         options.gamma is not None,
+        options.prefix_workload is not None,
     ]
     if sum(sources) != 1:
-        raise ValueError("give exactly one of --trace, --poisson RATE or --gamma RATE:CV")
-    if options.trace is not None:
-        requests = load_workload(options.trace, max_tokens=_max_tokens_policy(options.max_tokens))
+        raise ValueError(
+            "give exactly one of --trace, --poisson RATE, --gamma RATE:CV or --prefix-workload"
+        )
+    if options.fields and options.trace is None:
+        raise ValueError("--field applies only to --trace")
+    cap = _max_tokens_policy(options.max_tokens)
+    if options.trace is not None and options.fields:
+        requests = load_mapped(options.trace, parse_fields(options.fields), max_tokens=cap)
+    elif options.trace is not None:
+        requests = load_workload(options.trace, max_tokens=cap)
+    elif options.prefix_workload is not None:
+        rate, count, blocks, zipf = parse_prefix_workload(options.prefix_workload)
+        requests = shared_prefix(
+            rate, options.duration_s, seed=options.seed, prompts=count, blocks=blocks, zipf=zipf
+        )
     elif options.poisson_rate is not None:
         requests = poisson(options.poisson_rate, options.duration_s, seed=options.seed)
     else:

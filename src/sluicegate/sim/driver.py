@@ -134,6 +134,11 @@ class _Simulation:
         self.spec = spec
         self.model = model
         self.engine_config = engine
+        # What vLLM reports as ``num_gpu_blocks × block_size``; nothing for an
+        # engine of independent servers, which models no shared KV cache.
+        self.kv_capacity_tokens = (
+            None if engine.batch_independent else engine.num_blocks * engine.block_size
+        )
         self.scheduler = Scheduler(spec)
         self.events = EventQueue()
         self.replicas = [
@@ -174,6 +179,13 @@ class _Simulation:
         self.progress = progress
         if count:
             self.events.push(self.start, SCRAPE, 0, self.start, None)
+        # The preset's KV capacity is known before the first request (an ``auto`` budget).
+        if self.kv_capacity_tokens is not None:
+            for rep in replicas:
+                stats = BackendStats(
+                    self.model, rep.name, kv_capacity_tokens=self.kv_capacity_tokens
+                )
+                self._execute(self.scheduler.observe_backend(stats, self.start), self.start)
         pop = heapq.heappop
         i = 0
         next_at = times[0] if count else math.inf
@@ -247,6 +259,7 @@ class _Simulation:
             arrival=now,
             deadline=deadline,
             true_output_tokens=wl.output_tokens,
+            prefix_key=wl.prefix_key,
         )
         self.live[req.ticket_id] = req
         self._execute(self.scheduler.submit(ticket, now), now)
@@ -297,6 +310,7 @@ class _Simulation:
                 kv_cache_usage=engine.kv_cache_usage,
                 num_requests_running=engine.num_requests_running,
                 num_requests_waiting=engine.num_requests_waiting,
+                kv_capacity_tokens=self.kv_capacity_tokens,
             )
             self._execute(self.scheduler.observe_backend(stats, now), now)
         view = self.scheduler.view(self.model, now)

@@ -16,9 +16,18 @@ of those, the simulator reports:
   ``J = (Σx)² / (n·Σx²)`` in ``[1/n, 1]``. It measures equal *service*, so it is
   meaningful when tenants are backlogged; a tenant that asks for less
   legitimately gets less.
-* **Utilization** = busy fraction: time a replica had a step in flight over
-  replicas × span. **Batch occupancy** = time-average of (sequences in the
-  running batch) / ``max_num_seqs``.
+* **Load ρ** = offered req/s ÷ capacity req/s. Offered is (arrivals − 1) ÷ the
+  arrival span; capacity is what ``sim/capacity.py`` measures for the
+  configuration and workload (completions per second under backlog), the same
+  for every policy of one ``simulate`` command. ρ near or above 1 means queues
+  grow whatever the policy.
+* **Slot occupancy** = time-average over the span of the requests in the
+  engines' running batches ÷ ``slot_cap``, the most that can run at once behind
+  the gateway's caps (``sim/capacity.py``).
+* **KV usage**: mean and peak, over the scrapes, of the replicas' mean KV-cache
+  usage (scrapes run every ``scrape_interval_s`` while work is in flight).
+* **Any step running**: time some replica's engine had a step in flight ÷
+  (replicas × span). It says the engines were not idle, not how full they were.
 """
 
 from __future__ import annotations
@@ -57,7 +66,13 @@ class GroupStats(OutcomeStats):
 
 @dataclass(frozen=True, slots=True)
 class Summary:
-    """One run's summary: overall, per lane and per tenant, plus engine-level figures."""
+    """One run's summary: overall, per lane and per tenant, plus load and engine figures.
+
+    ``offered_rps``, ``capacity_rps`` (``None`` unless measured), ``load``,
+    ``slot_cap`` and ``slot_occupancy`` (``None`` without a cap), ``kv_usage_mean``
+    and ``kv_usage_peak`` (``None`` without scrapes) and ``any_step_running`` are
+    defined in the module docstring.
+    """
 
     label: str
     rate_multiplier: float
@@ -67,9 +82,20 @@ class Summary:
     overall: GroupStats
     lanes: Mapping[str, GroupStats]
     tenants: Mapping[str, GroupStats]
-    utilization: float
-    batch_occupancy: float
+    any_step_running: float
+    slot_cap: int | None
+    slot_occupancy: float | None
+    kv_usage_mean: float | None
+    kv_usage_peak: float | None
     engine_preemptions: int
+    capacity_rps: float | None = None
+
+    @property
+    def load(self) -> float | None:
+        """Load ρ = offered req/s ÷ capacity req/s; ``None`` without a capacity."""
+        if self.capacity_rps is None or self.capacity_rps <= 0.0:
+            return None
+        return self.offered_rps / self.capacity_rps
 
 
 def jain_index(values: Iterable[float]) -> float | None:
@@ -108,11 +134,20 @@ def _grouped(records: Iterable[RequestOutcome], by_lane: bool) -> dict[str, list
     return groups
 
 
-def summarize(result: SimResult, *, label: str = "", rate_multiplier: float = 1.0) -> Summary:
+def summarize(
+    result: SimResult,
+    *,
+    label: str = "",
+    rate_multiplier: float = 1.0,
+    slot_cap: int | None = None,
+    capacity_rps: float | None = None,
+) -> Summary:
     """Summary statistics of one run (see the module docstring for every definition).
 
-    Lanes are listed in configuration order (lanes the workload never used
-    included); tenants in name order.
+    ``slot_cap`` (``sim.capacity.slot_cap``) and ``capacity_rps``
+    (``sim.capacity.measure_capacity``) come from the configuration; without
+    them slot occupancy and load are ``None``. Lanes are listed in configuration
+    order (lanes the workload never used included); tenants in name order.
     """
     span = result.span_s
     weights = result.tenant_weights
@@ -122,6 +157,7 @@ def summarize(result: SimResult, *, label: str = "", rate_multiplier: float = 1.
     arrivals = [rec.arrival_s for rec in result.records]
     arrival_span = max(arrivals) - min(arrivals) if len(arrivals) > 1 else 0.0
     capacity_s = span * result.replicas
+    kv = result.samples.kv_usage
     return Summary(
         label=label,
         rate_multiplier=rate_multiplier,
@@ -131,7 +167,11 @@ def summarize(result: SimResult, *, label: str = "", rate_multiplier: float = 1.
         overall=group_stats(result.records, span, weights),
         lanes={name: group_stats(lanes.get(name, []), span, weights) for name in lane_names},
         tenants={name: group_stats(tenants[name], span, weights) for name in sorted(tenants)},
-        utilization=math.fsum(result.busy_s) / capacity_s,
-        batch_occupancy=math.fsum(result.slot_s) / (capacity_s * result.max_num_seqs),
+        any_step_running=math.fsum(result.busy_s) / capacity_s,
+        slot_cap=slot_cap,
+        slot_occupancy=math.fsum(result.slot_s) / (span * slot_cap) if slot_cap else None,
+        kv_usage_mean=math.fsum(kv) / len(kv) if kv else None,
+        kv_usage_peak=max(kv) if kv else None,
         engine_preemptions=result.engine_preemptions,
+        capacity_rps=capacity_rps,
     )

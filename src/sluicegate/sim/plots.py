@@ -90,10 +90,11 @@ def plot_latency_cdfs(results: Mapping[str, SimResult], out_dir: Path) -> list[P
 
 
 def plot_p99_vs_load(sweep: Mapping[str, Sequence[Summary]], path: Path) -> Path:
-    """p99 end-to-end latency against offered load, one panel per lane, one line per policy.
+    """p99 end-to-end latency against load, one panel per lane, one line per policy.
 
-    The knee of each curve is the utilization cliff: past it, waiting time grows
-    without bound.
+    The x axis is load ρ (offered ÷ capacity) when every run has a capacity,
+    else offered requests/s. The knee of each curve is the cliff near ρ = 1:
+    past it, waiting time grows without bound.
 
     Args:
         sweep: policy label → its summaries at increasing rate multipliers.
@@ -105,13 +106,14 @@ def plot_p99_vs_load(sweep: Mapping[str, Sequence[Summary]], path: Path) -> Path
         for lane in lanes
         if any(s.lanes[lane].requests for runs in sweep.values() for s in runs if lane in s.lanes)
     ]
+    by_load = all(s.load is not None for runs in sweep.values() for s in runs)
     figure = Figure(figsize=(5 * max(1, len(lanes)), 4))
     axes = figure.subplots(1, max(1, len(lanes)), squeeze=False)[0]
     for ax, lane in zip(axes, lanes, strict=False):
         values: list[float] = []
         for label, runs in sweep.items():
             points = sorted(
-                (s.offered_rps, p99)
+                (_load_axis(s, by_load), p99)
                 for s in runs
                 if lane in s.lanes and (p99 := s.lanes[lane].e2e.p99) is not None and p99 > 0
             )
@@ -124,12 +126,17 @@ def plot_p99_vs_load(sweep: Mapping[str, Sequence[Summary]], path: Path) -> Path
         if log:
             ax.set_yscale("log")
         ax.set_title(f"p99 end-to-end — lane {lane}")
-        ax.set_xlabel("offered load (requests/s)")
+        ax.set_xlabel("load ρ = offered ÷ capacity" if by_load else "offered load (requests/s)")
         ax.set_ylabel("seconds (log scale)" if log else "seconds")
         ax.grid(alpha=0.3, which="both")
         _legend(ax, "upper left")
     figure.tight_layout()
     return _save(figure, path)
+
+
+def _load_axis(summary: Summary, by_load: bool) -> float:
+    load = summary.load
+    return load if by_load and load is not None else summary.offered_rps
 
 
 def plot_queue_depth(results: Mapping[str, SimResult], path: Path) -> Path:

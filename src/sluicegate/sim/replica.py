@@ -111,8 +111,9 @@ class Replica:
         req.first_token_s = None
         wl = req.workload
         self.engine.add_request(
-            eid, wl.prompt_tokens, wl.max_tokens, now, output_tokens=wl.output_tokens
-        )
+            eid, wl.prompt_tokens, wl.max_tokens, now,
+            output_tokens=wl.output_tokens, prefix=wl.prefix,
+        )  # fmt: skip
         self.running[eid] = req
 
     def abort(self, req: SimRequest, now: float) -> int:

@@ -72,8 +72,13 @@ def summary_to_dict(summary: Summary) -> dict[str, JsonValue]:
         "offered_rps": _num(summary.offered_rps),
         "span_s": _num(summary.span_s),
         "replicas": summary.replicas,
-        "utilization": _num(summary.utilization),
-        "batch_occupancy": _num(summary.batch_occupancy),
+        "capacity_rps": _num(summary.capacity_rps),
+        "load": _num(summary.load),
+        "any_step_running": _num(summary.any_step_running),
+        "slot_cap": summary.slot_cap,
+        "slot_occupancy": _num(summary.slot_occupancy),
+        "kv_usage_mean": _num(summary.kv_usage_mean),
+        "kv_usage_peak": _num(summary.kv_usage_peak),
         "engine_preemptions": summary.engine_preemptions,
         "overall": group_to_dict(summary.overall),
         "lanes": {name: group_to_dict(g) for name, g in summary.lanes.items()},
@@ -193,32 +198,44 @@ def group_table(title: str, groups: Mapping[str, GroupStats | None]) -> Table:
 
 
 def engine_table(summaries: Sequence[Summary]) -> Table:
-    """Engine-level figures per policy: utilization, batch occupancy, KV preemptions."""
+    """Load and engine figures per policy: offered, capacity and ρ, slot occupancy
+    against the gateway's cap, KV usage, KV preemptions (``sim/metrics.py`` defines each)."""
     table = Table(title="engines", title_justify="left")
     table.add_column("metric")
     for s in summaries:
         table.add_column(s.label, justify="right")
     table.add_row("replicas", *(str(s.replicas) for s in summaries))
     table.add_row("offered req/s", *(_rate(s.offered_rps) for s in summaries))
-    table.add_row("utilization (busy)", *(_percent(s.utilization) for s in summaries))
-    table.add_row("batch occupancy", *(_percent(s.batch_occupancy) for s in summaries))
+    table.add_row("capacity req/s", *(_rate(s.capacity_rps) for s in summaries))
+    table.add_row("load ρ", *(_rate(s.load) for s in summaries))
+    table.add_row(
+        "slot cap", *(_DASH if s.slot_cap is None else str(s.slot_cap) for s in summaries)
+    )
+    table.add_row("slot occupancy", *(_percent(s.slot_occupancy) for s in summaries))
+    table.add_row("KV usage mean", *(_percent(s.kv_usage_mean) for s in summaries))
+    table.add_row("KV usage peak", *(_percent(s.kv_usage_peak) for s in summaries))
+    table.add_row("any step running", *(_percent(s.any_step_running) for s in summaries))
     table.add_row("KV preemptions", *(str(s.engine_preemptions) for s in summaries))
     return table
 
 
 def sweep_table(summaries: Sequence[Summary]) -> Table:
-    """One row per run of a load sweep: offered load, p99 end-to-end per lane, SLO attainment."""
+    """One row per run of a load sweep: offered req/s and load ρ, p99 end-to-end per lane,
+    SLO attainment."""
     lanes = list(dict.fromkeys(name for s in summaries for name in s.lanes))
     lanes = [n for n in lanes if any(s.lanes[n].requests for s in summaries if n in s.lanes)]
     table = Table(title="load sweep (p99 end-to-end, s)", title_justify="left")
     table.add_column("run")
     table.add_column("offered req/s", justify="right")
+    table.add_column("load ρ", justify="right")
     for lane in lanes:
         table.add_column(lane, justify="right")
     table.add_column("SLO attainment", justify="right")
     for s in summaries:
         cells = [_seconds(s.lanes[n].e2e.p99) if n in s.lanes else _DASH for n in lanes]
-        table.add_row(s.label, _rate(s.offered_rps), *cells, _percent(s.overall.slo_attainment))
+        table.add_row(
+            s.label, _rate(s.offered_rps), _rate(s.load), *cells, _percent(s.overall.slo_attainment)
+        )
     return table
 
 
@@ -240,7 +257,15 @@ def comparison_tables(summaries: Sequence[Summary]) -> list[Table]:
     return tables
 
 
+LOAD_NOTE = (
+    "capacity req/s: completions per second under backlog, measured once for this config and "
+    "workload (the same for every policy); load ρ = offered ÷ capacity; slot occupancy = mean "
+    "running requests ÷ slot cap, the most the gateway's caps and the engines let run at once"
+)
+
+
 def print_report(summaries: Sequence[Summary], console: Console) -> None:
-    """Print every comparison table."""
+    """Print every comparison table, then what the load figures mean."""
     for table in comparison_tables(summaries):
         console.print(table)
+    console.print(LOAD_NOTE)

@@ -1,7 +1,9 @@
 """Compare scheduling policies on one workload (and, optionally, across offered loads).
 
-``run_comparison`` is what ``sluicegate simulate`` calls: for each policy it
-sets every lane of the simulated model to that policy, replays the workload
+``run_comparison`` is what ``sluicegate simulate`` calls: it measures the
+configuration's capacity on the workload once (``sim/capacity.py``), then for
+each policy (``config``: the config's own lanes unchanged; any other name: every
+lane of the simulated model set to that policy) replays the workload
 through ``simulate`` (runs spread over worker processes), prints tables side
 by side, and writes ``results.json``, ``requests-<policy>.csv`` and PNG plots
 into the output directory.
@@ -29,6 +31,7 @@ from sluicegate.core.spec import SchedulerSpec
 from sluicegate.engine.config import EngineConfig
 from sluicegate.engine.presets import preset as engine_preset
 from sluicegate.outcomes import WorkloadRequest
+from sluicegate.sim.capacity import measure_capacity, slot_cap
 from sluicegate.sim.driver import simulate
 from sluicegate.sim.metrics import Summary, summarize
 from sluicegate.sim.plots import plot_latency_cdfs, plot_p99_vs_load, plot_queue_depth
@@ -36,6 +39,8 @@ from sluicegate.sim.report import JsonValue, print_report, sweep_table, write_cs
 from sluicegate.sim.result import SimResult
 
 ProgressFn = Callable[[float], None]
+CONFIG_POLICY = "config"
+"""The policy name that runs the configuration's own per-lane policies and fairness."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +88,11 @@ def with_policy(spec: SchedulerSpec, model: str, policy: str) -> SchedulerSpec:
         for m in spec.models
     )
     return spec.model_copy(update={"models": models})
+
+
+def policy_spec(spec: SchedulerSpec, model: str, policy: str) -> SchedulerSpec:
+    """``spec`` itself for ``config``, else ``with_policy(spec, model, policy)``."""
+    return spec if policy == CONFIG_POLICY else with_policy(spec, model, policy)
 
 
 def scale_arrivals(workload: Sequence[WorkloadRequest], k: float) -> list[WorkloadRequest]:
@@ -151,7 +161,8 @@ def run_comparison(
     Args:
         config: the gateway configuration (models, lanes, tenants, ``simulation``).
         workload: the requests to replay.
-        policies: policy names; each run sets every lane of the model to one of them.
+        policies: policy names; ``config`` runs the config's own lanes unchanged,
+            any other name sets every lane of the model to that policy.
         out_dir: created if missing; receives ``results.json``,
             ``requests-<policy>.csv``, ``latency-cdf-<lane>.png``,
             ``queue-depth.png`` and, with a sweep, ``p99-vs-load.png``.
@@ -182,22 +193,42 @@ def run_comparison(
     base = config.scheduler_spec()
     jobs = [
         SimJob(
-            policy, k, with_policy(base, name, policy), name, scaled[k], engine, count, seed,
+            policy, k, policy_spec(base, name, policy), name, scaled[k], engine, count, seed,
             config.simulation.scrape_interval_s,
         )
         for policy in policies
         for k in scaled
     ]  # fmt: skip
+    cap = slot_cap(base, name, count, engine.max_num_seqs)
+    capacity = measure_capacity(
+        base, name, workload, engine, count,
+        seed=seed, scrape_interval_s=config.simulation.scrape_interval_s,
+    )  # fmt: skip
+    rps = capacity.rps if capacity is not None else None
     with _progress_bar(console) as bar:
         runs = dict(zip(((j.policy, j.k) for j in jobs), run_jobs(jobs, workers, bar), strict=True))
     results = {p: runs[p, 1.0] for p in policies}
-    summaries = tuple(summarize(results[p], label=p) for p in policies)
+    summaries = tuple(
+        summarize(results[p], label=p, slot_cap=cap, capacity_rps=rps) for p in policies
+    )
     swept = tuple(
-        summarize(runs[p, k], label=f"{p} ×{k:g}", rate_multiplier=k)
+        summarize(
+            runs[p, k], label=f"{p} ×{k:g}", rate_multiplier=k, slot_cap=cap, capacity_rps=rps
+        )
         for p in policies
         for k in multipliers
     )
     meta = _meta(name, preset_name, engine, count, seed, len(workload), multipliers)
+    meta["capacity"] = (
+        None
+        if capacity is None
+        else {
+            "rps": float(f"{capacity.rps:.6g}"),
+            "requests": capacity.requests,
+            "window_s": float(f"{capacity.window_s:.6g}"),
+        }
+    )
+    meta["slot_cap"] = cap
     return _write(out_dir, results, summaries, swept, meta, console)
 
 
@@ -233,9 +264,11 @@ def _check_policies(policies: Sequence[str]) -> None:
     if not policies:
         raise ValueError("give at least one policy")
     known = policy_names()
-    unknown = [p for p in policies if p not in known]
+    unknown = [p for p in policies if p not in known and p != CONFIG_POLICY]
     if unknown:
-        raise ValueError(f"unknown policies {unknown}; choose from {sorted(known)}")
+        raise ValueError(
+            f"unknown policies {unknown}; choose from {sorted([CONFIG_POLICY, *known])}"
+        )
 
 
 def _meta(

@@ -17,12 +17,16 @@ Formats:
   Rows with 0 response tokens are failed requests in BurstGPT and are skipped.
 * **JSONL** (ours): one object per line with ``arrival_s``, ``prompt_tokens``,
   ``output_tokens`` and optionally ``max_tokens`` (default ``output_tokens``),
-  ``tenant``, ``lane``, ``priority``, ``deadline_ms``. Arrival times are kept as
-  written (they are already relative to the workload's start), not rebased.
+  ``tenant``, ``lane``, ``priority``, ``deadline_ms``, ``prefix`` (block hashes, a
+  list of integers). Arrival times are kept as written (they are already
+  relative to the workload's start), not rebased.
+
+Any other CSV or JSONL trace loads through a field mapping (``fields.py``).
 
 The CSV traces record only the output length, not the client's cap, so
 ``max_tokens`` comes from a :data:`~sluicegate.sim.workloads.transform.MaxTokensPolicy`
-(default ``"exact"``: the cap equals the output).
+(default ``"exact"``: the cap equals the output). For JSONL ``"exact"`` keeps
+the file's own ``max_tokens``; another policy replaces it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import csv
 import json
 import math
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -54,7 +59,7 @@ __all__ = [
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens")
 _JSONL_REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
-_JSONL_OPTIONAL = ("max_tokens", "tenant", "lane", "priority", "deadline_ms")
+_JSONL_OPTIONAL = ("max_tokens", "tenant", "lane", "priority", "deadline_ms", "prefix")
 _EPOCH = datetime(1970, 1, 1)
 _ONE_SECOND = timedelta(seconds=1)
 
@@ -202,6 +207,8 @@ def write_jsonl(requests: Iterable[WorkloadRequest], path: str | Path) -> None:
                 "priority": r.priority,
                 "deadline_ms": r.deadline_ms,
             }
+            if r.prefix:
+                obj["prefix"] = list(r.prefix)
             stream.write(json.dumps(obj) + "\n")
 
 
@@ -217,7 +224,8 @@ def load_workload(
     Args:
         path: the file.
         model: BurstGPT only: keep rows of this model.
-        max_tokens: CSV only: how to derive the cap from the output length.
+        max_tokens: how to derive the cap from the output length (JSONL: ``"exact"``
+            keeps the file's caps).
 
     Raises:
         WorkloadError: an unrecognised or malformed file, or an option that does not
@@ -226,9 +234,14 @@ def load_workload(
     path = Path(path)
     first = _first_line(path)
     if path.suffix.lower() in (".jsonl", ".ndjson") or first.startswith("{"):
-        if model is not None or max_tokens != "exact":
-            raise WorkloadError(path, None, "model/max_tokens options do not apply to JSONL")
-        return load_jsonl(path)
+        if model is not None:
+            raise WorkloadError(path, None, "the model filter applies only to BurstGPT traces")
+        check_max_tokens_policy(max_tokens)
+        requests = load_jsonl(path)
+        if max_tokens == "exact":
+            return requests
+        capped = ((r, resolve_max_tokens(r.output_tokens, max_tokens)) for r in requests)
+        return [replace(r, output_tokens=o, max_tokens=c) for r, (o, c) in capped]
     columns = [c.strip() for c in next(csv.reader([first]), [])]
     if columns[:1] == ["TIMESTAMP"]:
         if model is not None:
@@ -355,6 +368,13 @@ def _jsonl_request(path: str | Path, line: int, obj: Any) -> WorkloadRequest:
             fields[key] = obj[key]
     if "priority" in obj:
         fields["priority"] = _json_int(path, line, obj, "priority", low=0, high=5)
+    if "prefix" in obj:
+        hashes = obj["prefix"]
+        if not isinstance(hashes, list) or not all(
+            isinstance(h, int) and not isinstance(h, bool) for h in hashes
+        ):
+            raise WorkloadError(path, line, f"prefix must be a list of integers, got {hashes!r}")
+        fields["prefix"] = tuple(hashes)
     if obj.get("deadline_ms") is not None:
         fields["deadline_ms"] = _json_float(path, line, obj, "deadline_ms", low=0.0, strict=True)
     return WorkloadRequest(arrival, prompt, output, cap, **fields)
