@@ -35,7 +35,7 @@ from sluicegate.core.ratelimit import TenantRateLimiter
 from sluicegate.core.retry import retry_wait_s
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
 from sluicegate.core.spec import SchedulerSpec
-from sluicegate.core.ticket import BackendStats, Ticket, TicketId, Usage
+from sluicegate.core.ticket import BackendStats, Feedback, Ticket, TicketId, Usage
 from sluicegate.core.views import LaneView, ModelView, view_model
 
 
@@ -346,9 +346,13 @@ class Scheduler:
             self._rate.refund(entry.ticket.tenant, unused, now)
 
     def _learn(self, model: ModelRuntime, entry: Entry, usage: Usage, now: float) -> None:
-        """Feed a finished, not preempted, request to the predictor (successes) and the limit."""
+        """Feed a finished, not preempted, request to the predictor and the limit.
+
+        The predictor learns only from answers the engine gave in full (``Feedback.SAMPLE``):
+        a client's 4xx, a disconnect or an engine's 429 says nothing about output lengths.
+        """
         ticket = entry.ticket
-        if usage.ok:
+        if usage.limit_feedback is Feedback.SAMPLE:
             model.predictor.observe(
                 lane=ticket.lane,
                 max_tokens=ticket.max_tokens,
