@@ -29,7 +29,6 @@ the line (the CSV header is line 1) and the field.
 from __future__ import annotations
 
 import csv
-import json
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from sluicegate.outcomes import WorkloadRequest
-from sluicegate.sim.workloads.traces import WorkloadError
+from sluicegate.sim.workloads.traces import WorkloadError, json_lines
 from sluicegate.sim.workloads.transform import (
     MaxTokensPolicy,
     check_max_tokens_policy,
@@ -158,13 +157,7 @@ def _rows(path: Path, fields: FieldMap) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def _json_rows(path: Path, stream: Any, fields: FieldMap) -> Iterator[tuple[int, dict[str, Any]]]:
-    for line, text in enumerate(stream, start=1):
-        if not text.strip():
-            continue
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise WorkloadError(path, line, f"malformed JSON: {exc.msg}") from exc
+    for line, obj in json_lines(path, stream):
         if not isinstance(obj, dict):
             raise WorkloadError(path, line, f"expected a JSON object, got {type(obj).__name__}")
         row: dict[str, Any] = {}

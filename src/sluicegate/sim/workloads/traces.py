@@ -177,13 +177,7 @@ def load_jsonl(path: str | Path) -> list[WorkloadRequest]:
     """
     out: list[WorkloadRequest] = []
     with Path(path).open(encoding="utf-8-sig") as stream:
-        for line, text in enumerate(stream, start=1):
-            if not text.strip():
-                continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise WorkloadError(path, line, f"malformed JSON: {exc.msg}") from exc
+        for line, obj in json_lines(path, stream):
             request = _jsonl_request(path, line, obj)
             if out and request.arrival_s < out[-1].arrival_s:
                 raise _backwards(path, line, request.arrival_s, out[-1].arrival_s)
@@ -254,6 +248,22 @@ def load_workload(
         f"unrecognised workload header {first[:80]!r}: expected JSONL, an Azure CSV "
         "(TIMESTAMP,ContextTokens,GeneratedTokens) or a BurstGPT CSV (Timestamp,Model,...)",
     )  # fmt: skip
+
+
+def json_lines(path: str | Path, stream: Iterable[str]) -> Iterator[tuple[int, Any]]:
+    """``(line number, parsed value)`` of each non-blank line of a JSONL stream.
+
+    Raises:
+        WorkloadError: a line is not JSON (naming the file and line).
+    """
+    for line, text in enumerate(stream, start=1):
+        if not text.strip():
+            continue
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise WorkloadError(path, line, f"malformed JSON: {exc.msg}") from exc
+        yield line, value
 
 
 def _first_line(path: Path) -> str:
