@@ -24,7 +24,7 @@ from mdsection import write_section
 from sluicegate.config import parse_config
 from sluicegate.engine import preset
 from sluicegate.outcomes import WorkloadRequest
-from sluicegate.sim.driver import _Simulation, with_replicas
+from sluicegate.sim.driver import simulate
 from sluicegate.sim.workloads.prefix import shared_prefix
 
 ROUTERS = ("least_inflight", "prefix_affinity")
@@ -61,12 +61,11 @@ def run(
         source="<prefix>",
         simulation=True,
     )
-    spec = with_replicas(config.scheduler_spec(), "default", replicas)
-    engine = preset(config.simulation.preset)
-    sim = _Simulation(spec, "default", requests, engine, seed)
-    result = sim.run(config.simulation.scrape_interval_s, None)
-    caches = [rep.engine.prefix_cache for rep in sim.replicas]
-    hits = sum(c.hit_tokens for c in caches) / max(sum(c.query_tokens for c in caches), 1)
+    result = simulate(
+        config.scheduler_spec(), "default", requests, preset(config.simulation.preset),
+        replicas, seed=seed, scrape_interval_s=config.simulation.scrape_interval_s,
+    )  # fmt: skip
+    hits = result.prefix_hit_rate
     done = [r for r in result.records if r.outcome == "completed"]
     ttft = np.array([r.first_token_s - r.arrival_s for r in done if r.first_token_s is not None])
     span = result.end_s - result.start_s

@@ -8,7 +8,7 @@ from sluicegate.config import parse_config
 from sluicegate.engine import preset
 from sluicegate.outcomes import WorkloadRequest
 from sluicegate.sim.command import build_workload, workload_options
-from sluicegate.sim.driver import _Simulation, with_replicas
+from sluicegate.sim.driver import simulate
 from sluicegate.sim.workloads.prefix import parse_prefix_workload, shared_prefix
 
 CONFIG = """\
@@ -80,14 +80,13 @@ def hit_rate(router: str, requests: list[WorkloadRequest], replicas: int) -> flo
         source="<test>",
         simulation=True,
     )
-    spec = with_replicas(config.scheduler_spec(), "default", replicas)
-    sim = _Simulation(spec, "default", requests, preset(config.simulation.preset), 0)
-    result = sim.run(config.simulation.scrape_interval_s, None)
+    result = simulate(
+        config.scheduler_spec(), "default", requests, preset(config.simulation.preset),
+        replicas, scrape_interval_s=config.simulation.scrape_interval_s,
+    )  # fmt: skip
     assert all(r.outcome == "completed" for r in result.records)
-    hits = sum(rep.engine.prefix_cache.hit_tokens for rep in sim.replicas)
-    queries = sum(rep.engine.prefix_cache.query_tokens for rep in sim.replicas)
-    assert queries == sum(r.prompt_tokens for r in requests)
-    return hits / queries
+    assert result.prompt_tokens_queried == sum(r.prompt_tokens for r in requests)
+    return result.prefix_hit_rate
 
 
 def test_prefix_affinity_hits_the_cache_more_than_least_inflight() -> None:

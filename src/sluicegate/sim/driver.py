@@ -403,4 +403,6 @@ class _Simulation:
             slot_s=tuple(rep.slot_s for rep in self.replicas),
             engine_steps=sum(rep.steps for rep in self.replicas),
             engine_preemptions=sum(rep.engine.num_preemptions_total for rep in self.replicas),
+            prompt_tokens_queried=sum(r.engine.prefix_cache.query_tokens for r in self.replicas),
+            prompt_tokens_cached=sum(r.engine.prefix_cache.hit_tokens for r in self.replicas),
         )

@@ -90,6 +90,9 @@ class SimResult:
         slot_s: per replica, ∫ running-batch size dt.
         engine_steps: engine steps taken over all replicas.
         engine_preemptions: recompute preemptions inside the engines (KV exhausted).
+        prompt_tokens_queried: prompt tokens looked up in the engines' prefix caches
+            (0 when the workload carries no block hashes).
+        prompt_tokens_cached: of those, tokens found cached, whose prefill was skipped.
     """
 
     model: str
@@ -106,6 +109,13 @@ class SimResult:
     slot_s: tuple[float, ...]
     engine_steps: int
     engine_preemptions: int
+    prompt_tokens_queried: int
+    prompt_tokens_cached: int
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        """Cached ÷ queried prompt tokens over all replicas; 0 when nothing was queried."""
+        return self.prompt_tokens_cached / max(self.prompt_tokens_queried, 1)
 
     @property
     def span_s(self) -> float:
