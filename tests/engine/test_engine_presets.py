@@ -80,3 +80,38 @@ def test_every_preset_serves_a_typical_request(name: str) -> None:
     """Each preset accepts and finishes a 1,000-token prompt with 100 output tokens."""
     trace = drive(Engine(preset(name)), [Arrival(0.0, "r", 1000, 100, ignore_eos=True)])
     assert trace.tokens_of("r") == 100
+
+
+@pytest.mark.parametrize(
+    ("batch", "low_s", "high_s"),
+    [
+        # Lambda Labs, vLLM v0.6.0, max-num-seqs 256: median TPOT 25.6 ms at ≈ 207 in flight.
+        # A pure-decode step leaves out the prefill chunks of arrivals that a served TPOT
+        # includes, so it may be shorter, by at most 15%.
+        (207, 0.85 * 0.0256, 0.0256),
+        # Light load: at least the weight-read floor (16.06 GB of BF16 weights at the full
+        # 3.35 TB/s = 4.8 ms), at most the 13 ms vLLM's v0.6.0 blog gave for v0.5 with its
+        # CPU overhead.
+        (1, 16.06e9 / 3.35e12, 0.013),
+        (4, 16.06e9 / 3.35e12, 0.013),
+    ],
+)
+def test_8b_decode_step_at_published_operating_points(
+    batch: int, low_s: float, high_s: float
+) -> None:
+    """The engine model's Llama-3.1-8B/H100 decode step (every step of ``batch`` sequences
+    at ~1k context, run through the engine) lies within the published figures."""
+    durations = steady_decode_step_s(preset("llama-3.1-8b-h100"), batch, 1000)
+    assert durations
+    assert low_s <= min(durations) <= max(durations) <= high_s
+
+
+def test_8b_step_time_grows_with_the_batch() -> None:
+    """Each sequence added to the batch lengthens every step (per-sequence compute and its
+    KV reads): from ~6.6 ms alone to ~11 ms at 48 sequences of ~1.4k context, so the time
+    per output token every running request sees grows with the batch."""
+    cfg = preset("llama-3.1-8b-h100")
+    steps = [cfg.step_s(0, batch, batch * 1400) for batch in (1, 16, 32, 48, 64)]
+    assert steps == sorted(steps)
+    assert steps[0] == pytest.approx(0.0066, abs=1e-4)
+    assert steps[3] == pytest.approx(0.0113, abs=1e-4)

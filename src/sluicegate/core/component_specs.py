@@ -40,6 +40,10 @@ class AdaptiveSpec(FrozenSpec):
     ``1 - smoothing / 2`` per drop. ``aimd``: multiply by ``decrease`` (at least
     one less) per drop or first token slower than ``timeout_s``, add
     ``increase`` per other answer while at least half the limit is in use.
+    ``slo``: every ``window`` answers, multiply by ``decrease`` when the
+    ``quantile`` of their time per output token exceeds ``tpot_ms`` or of their
+    time to first token (from admission) exceeds ``ttft_ms``, else add
+    ``increase`` while at least half the limit was in use.
     What counts as a drop or a sample: ``sluicegate.core.limits.feedback``.
 
     ``mode`` must name a registered limit (``core/limits``); ``ModelSpec``
@@ -58,6 +62,19 @@ class AdaptiveSpec(FrozenSpec):
     timeout_s: float = Field(
         5.0, gt=0.0, description="aimd: a time to first token slower than this is a drop"
     )
+    tpot_ms: float = Field(
+        50.0, gt=0.0, le=60_000.0, description="slo: target time per output token (ms)"
+    )
+    ttft_ms: float = Field(
+        1000.0,
+        gt=0.0,
+        le=3_600_000.0,
+        description="slo: target time to first token, from admission (ms)",
+    )
+    quantile: float = Field(
+        0.9, gt=0.0, le=1.0, description="slo: the quantile of a window that must meet targets"
+    )
+    window: int = Field(32, ge=1, le=100_000, description="slo: answers per decision")
 
     @model_validator(mode="after")
     def _watermarks_ordered(self) -> AdaptiveSpec:

@@ -11,13 +11,14 @@ from sluicegate.core.limits.aimd import AimdLimit
 from sluicegate.core.limits.base import Limit, SampleKind
 from sluicegate.core.limits.gradient import GradientLimit
 from sluicegate.core.limits.kv_cache import KvCacheLimit
+from sluicegate.core.limits.slo import SloLimit
 from sluicegate.core.registry import Registry
 
 __all__ = ["LIMITS", "Limit", "SampleKind", "limit_names", "make_limit"]
 
 LIMITS: Registry[type[Limit]] = Registry(
     "adaptive limit mode",
-    ((limit.name, limit) for limit in (KvCacheLimit, GradientLimit, AimdLimit)),
+    ((limit.name, limit) for limit in (KvCacheLimit, GradientLimit, AimdLimit, SloLimit)),
 )
 
 

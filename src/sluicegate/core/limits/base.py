@@ -2,8 +2,9 @@
 
 The scheduler reports each finished request to its model's limit the way
 Netflix's concurrency-limits reports to a ``Limiter.Listener``: exactly one of
-``on_success`` (with a latency sample), ``on_dropped`` or ``on_ignore``
-(``core/limits/feedback.py`` decides which). KV-cache readings from the
+``on_answer`` (a latency sample, and the time per output token when it can be
+measured; by default passed on to ``on_success``), ``on_dropped`` or
+``on_ignore`` (``core/limits/feedback.py`` decides which). KV-cache readings from the
 engines arrive separately through ``on_kv_usage``.
 """
 
@@ -94,6 +95,19 @@ class Limit:
         ``inflight`` counts the model's running requests when it ended, itself
         included. Ignored unless the mode overrides it.
         """
+
+    def on_answer(
+        self, rtt_s: float, *, inflight: int, kind: SampleKind, tpot_s: float | None
+    ) -> None:
+        """The engine answered: the one call ``report_outcome`` makes for a served request.
+
+        ``rtt_s`` is the latency sample of ``kind``; ``tpot_s`` is the answer's
+        time per output token after the first (``(elapsed − ttft) / (tokens − 1)``)
+        when a first token was seen and at least two tokens came, else ``None``.
+        The default passes the sample on to ``on_success``, so a mode that needs
+        only one sample per answer overrides that instead.
+        """
+        self.on_success(rtt_s, inflight=inflight, kind=kind)
 
     def on_dropped(self, *, inflight: int) -> None:
         """The engine failed, timed out or refused the request for load.

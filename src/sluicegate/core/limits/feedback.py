@@ -23,6 +23,11 @@ in the gateway, which the limit itself causes, is left out):
   time per output token stays near the engine's decode step and grows when
   requests queue inside the engine or batches grow.
 
+When the first token was seen, the answer also yields its time per output
+token after the first, ``(elapsed − ttft) / (tokens − 1)``: the engine's decode
+step time as that request saw it (every sequence of a batch shares the step),
+passed beside the sample (``tpot_s``) for the ``slo`` mode.
+
 The two kinds are never compared with each other: ``latency`` keeps a
 long-run level per kind, and ``aimd``'s ``timeout_s`` applies to
 time-to-first-token samples only.
@@ -37,8 +42,10 @@ from sluicegate.core.ticket import Feedback, Usage
 def report_outcome(limit: Limit, usage: Usage, *, elapsed_s: float, inflight: int) -> None:
     """Report one finished, not preempted, request to ``limit``: exactly one listener call.
 
-    ``on_dropped`` for ``Feedback.DROP``; ``on_success`` with a sample of the
-    right ``SampleKind`` for ``Feedback.SAMPLE``; ``on_ignore`` for ``Feedback.IGNORE``.
+    ``on_dropped`` for ``Feedback.DROP``; ``on_answer`` with a sample of the
+    right ``SampleKind`` (and, for a first-token sample of an answer of at least
+    two tokens, its time per output token after the first) for
+    ``Feedback.SAMPLE``; ``on_ignore`` for ``Feedback.IGNORE``.
 
     Args:
         limit: The model's adaptive limit.
@@ -50,10 +57,15 @@ def report_outcome(limit: Limit, usage: Usage, *, elapsed_s: float, inflight: in
     if feedback is Feedback.DROP:
         limit.on_dropped(inflight=inflight)
     elif feedback is Feedback.SAMPLE:
-        if usage.ttft_s is not None:
-            limit.on_success(usage.ttft_s, inflight=inflight, kind=SampleKind.FIRST_TOKEN)
+        ttft_s = usage.ttft_s
+        if ttft_s is not None:
+            tokens = usage.completion_tokens
+            tpot_s = (elapsed_s - ttft_s) / (tokens - 1) if tokens >= 2 else None
+            limit.on_answer(ttft_s, inflight=inflight, kind=SampleKind.FIRST_TOKEN, tpot_s=tpot_s)
         else:
             per_token = elapsed_s / max(1, usage.completion_tokens)
-            limit.on_success(per_token, inflight=inflight, kind=SampleKind.PER_OUTPUT_TOKEN)
+            limit.on_answer(
+                per_token, inflight=inflight, kind=SampleKind.PER_OUTPUT_TOKEN, tpot_s=None
+            )
     else:
         limit.on_ignore()
