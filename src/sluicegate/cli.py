@@ -118,6 +118,10 @@ def simulate(
     prefix_workload: Annotated[
         str | None, typer.Option(help="shared system prompts RATE:PROMPTS:BLOCKS[:ZIPF]")
     ] = None,
+    tenant_load: Annotated[
+        list[str] | None,
+        typer.Option(help="TENANT:RATE[:burst=KxDs/Ps][:lane=NAME][:priority=N] (repeat)"),
+    ] = None,
     mix: Annotated[
         str | None, typer.Option(help="share:tenant:lane:priority[:deadline_ms],...")
     ] = None,
@@ -147,6 +151,7 @@ def simulate(
             trace=trace, poisson_rate=poisson_rate, gamma=gamma, duration_s=duration,
             window=window, rate_scale=rate_scale, mix=mix, seed=seed, max_tokens=max_tokens,
             fields=tuple(field or ()), prefix_workload=prefix_workload,
+            tenant_load=tuple(tenant_load or ()),
         )  # fmt: skip
         requests = build_workload(options)
         multipliers = [float(k) for k in sweep.split(",")] if sweep else None

@@ -10,6 +10,10 @@ each lane whose waiting head is *urgent* (its latest start has come, or it has
 waited ``preempt_after_ms``) or *reclaiming* (its own quota is lent out while
 the model is full), the candidates are running tickets whose stop frees what
 the head waits for; the cheapest preemptible one (``victim_order``) is stopped.
+
+Tenant shares (``vtc`` lanes, ``core/tenant_share.py``) come first: when the
+blocked head's tenant is under its share of the lane's slots, the newest
+preemptible ticket of the tenant furthest over its share gives its slot back.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from sluicegate.core.spec import AfterFraction, LaneSpec
 STANDARD_FRACTION = 0.8
 NEVER_BELOW = 2  # priorities 0 and 1
 ALWAYS_FROM = 4  # priorities 4 and 5
+RECHECK_S = 0.01  # the soonest a ticket admitted now may be preempted for a share
 
 
 def generated_tokens(entry: Entry, now: float) -> int:
@@ -93,6 +98,8 @@ def preempt_for_blocked(model: ModelRuntime, now: float, out: list[Decision]) ->
             continue
         if lane.pending_preempts or not model.running_entries:
             continue
+        if lane.shares is not None and _share_preempt(model, lane, head, now, out, wakeups):
+            continue
         if model.borrowed_running == 0 and not model.runs_less_important_than(head.ticket.priority):
             continue
         lane_full = lane.own >= lane.cap and not (lane.spec.borrow and model.lendable() > 0)
@@ -122,6 +129,81 @@ def preempt_for_blocked(model: ModelRuntime, now: float, out: list[Decision]) ->
     if waiting and not model.any_healthy(now):
         wakeups.extend(t for b in model.backends if (t := b.circuit.reopen_at()) is not None)
     model.wakeup = min(wakeups) if wakeups else None
+
+
+def _share_preempt(
+    model: ModelRuntime,
+    lane: LaneRuntime,
+    head: Entry,
+    now: float,
+    out: list[Decision],
+    wakeups: list[float],
+) -> bool:
+    """Give ``head``'s tenant its share of ``lane``'s slots back; ``True`` if a ticket was stopped.
+
+    Applies when ``head`` is blocked by what a stop frees (a slot, or the token
+    budget), its tenant is under its share and, if the lane sets
+    ``preempt_after_ms``, it has waited that long. The candidates are running tickets
+    of the lane's tenants that stay at or above their share after giving one slot
+    back, of ``head``'s priority or less important (under ``preemptible: priority``,
+    only the tiers preemptible at any time, 4–5), whose release makes ``head``
+    fit the token budget, and not admitted at this very instant (then the search
+    runs again ``RECHECK_S`` later). The victim is the newest preemptible ticket of
+    the tenant furthest over its share; if every candidate is fraction-gated, their
+    eligibility times join ``wakeups``.
+    """
+    shares = lane.shares
+    if shares is None or lane.spec.preemptible == "never":
+        return False
+    fits = model.tokens_fit(head)
+    if fits and model.lane_has_room(lane):
+        return False
+    slots = min(lane.cap, model.cap())
+    tenant = head.ticket.tenant
+    if not shares.under_share(tenant, slots):
+        return False
+    after_ms = lane.spec.preempt_after_ms
+    if after_ms is not None and now < head.enqueued_at + after_ms / 1000.0:
+        # A grace: a running ticket usually finishes sooner, and no work is thrown away.
+        wakeups.append(head.enqueued_at + after_ms / 1000.0)
+        return False
+    over: dict[str, float] = {}
+    for other in shares.running:
+        if other != tenant:
+            ratio = shares.over_share(other, tenant, slots)
+            if ratio > 0.0:
+                over[other] = ratio
+    if not over:
+        return False
+    name = lane.spec.name
+    budget = model.token_budget or 0
+    # Under priority tiers only the tiers preemptible at any time give slots back: a
+    # priority 2–3 ticket past 80% would lose most of its work and ends soon anyway.
+    lowest = ALWAYS_FROM if lane.spec.preemptible == "priority" else head.ticket.priority
+    candidates: list[Entry] = []
+    fresh = False
+    for victim in model.running_entries.values():
+        if (
+            victim.state is State.RUNNING
+            and victim.ticket.lane == name
+            and victim.ticket.tenant in over
+            and victim.ticket.priority >= max(lowest, head.ticket.priority)
+            and (fits or model.inflight_tokens - victim.cost_tokens + head.cost_tokens <= budget)
+        ):
+            if victim.admitted_at < now:
+                candidates.append(victim)
+            else:
+                fresh = True
+    ready = [victim for victim in candidates if is_preemptible(victim, lane.spec, now)]
+    if not ready:
+        wakeups.extend(_eligible_at(model, candidates, now))
+        if fresh:
+            # Spared only for being admitted this instant: look again a moment later.
+            wakeups.append(now + RECHECK_S)
+        return False
+    victim = max(ready, key=lambda v: (over[v.ticket.tenant], v.admitted_at, v.seq))
+    _preempt(model, lane, victim, out)
+    return True
 
 
 def _victims(

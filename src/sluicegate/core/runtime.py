@@ -12,6 +12,7 @@ from sluicegate.core.policies import make_queue
 from sluicegate.core.predictor import Predictor
 from sluicegate.core.routing import Router, make_router
 from sluicegate.core.spec import KV_WATERMARK, LaneSpec, ModelSpec
+from sluicegate.core.tenant_share import TenantSlots
 from sluicegate.core.ticket import MAX_PRIORITY, TicketId
 
 
@@ -23,15 +24,27 @@ class LaneRuntime:
         borrowed: running tickets on capacity borrowed from other lanes.
         pending_preempts: preemptions issued on behalf of this lane, not yet freed.
         blocked_until: distributed mode: a denied global slot pauses the lane until then.
+        shares: running tickets per tenant, for the tenants' shares of the lane's slots
+            (lanes with ``vtc`` fairness only; ``None`` otherwise).
     """
 
-    __slots__ = ("blocked_until", "borrowed", "cap", "own", "pending_preempts", "queue", "spec")
+    __slots__ = (
+        "blocked_until",
+        "borrowed",
+        "cap",
+        "own",
+        "pending_preempts",
+        "queue",
+        "shares",
+        "spec",
+    )
 
     def __init__(self, spec: LaneSpec, weights: Mapping[str, float]) -> None:
         self.spec = spec
         self.cap = spec.max_concurrency
         ordering, fairness = spec.queue_policy
         self.queue = make_queue(ordering, fairness, aging=spec.aging, weights=weights)
+        self.shares = TenantSlots(weights) if fairness == "vtc" else None
         self.own = 0
         self.borrowed = 0
         self.pending_preempts = 0
@@ -178,6 +191,8 @@ class ModelRuntime:
         else:
             lane.own += 1
         ticket = entry.ticket
+        if lane.shares is not None:
+            lane.shares.add(ticket.tenant)
         self.running += 1
         self.inflight_tokens += entry.cost_tokens
         self.running_entries[ticket.id] = entry
@@ -198,6 +213,8 @@ class ModelRuntime:
             self.borrowed_running -= 1
         else:
             lane.own -= 1
+        if lane.shares is not None:
+            lane.shares.remove(entry.ticket.tenant)
         self.running -= 1
         self.inflight_tokens -= entry.cost_tokens
         del self.running_entries[entry.ticket.id]

@@ -19,6 +19,7 @@ from sluicegate.sim.workloads import (
 )
 from sluicegate.sim.workloads.fields import load_mapped, parse_fields
 from sluicegate.sim.workloads.prefix import parse_prefix_workload, shared_prefix
+from sluicegate.sim.workloads.tenants import parse_tenant_load, tenant_loads
 
 DEFAULT_CONFIG = """\
 models:
@@ -27,6 +28,9 @@ simulation:
   preset: llama-3.1-8b-h100
   replicas: 1
 """
+DEFAULT_LENGTHS_TRACE = Path("data/traces/AzureLLMInferenceTrace_conv.csv")
+"""Where ``--tenant-load`` samples lengths without ``--trace`` (the shipped trace, from the
+repository root)."""
 DEFAULT_POLICIES = ("config",)
 """``simulate`` without ``--policy``: the config's own per-lane policies and fairness."""
 
@@ -46,6 +50,7 @@ class WorkloadOptions:
     max_tokens: str = "exact"
     fields: tuple[str, ...] = ()
     prefix_workload: str | None = None
+    tenant_loads: tuple[str, ...] = ()
 
 
 def workload_options(
@@ -61,6 +66,7 @@ def workload_options(
     max_tokens: str = "exact",
     fields: tuple[str, ...] = (),
     prefix_workload: str | None = None,
+    tenant_load: tuple[str, ...] = (),
 ) -> WorkloadOptions:
     """Options from the CLI's strings (``RATE:CV``, ``START:DURATION``), checked."""
     return WorkloadOptions(
@@ -75,6 +81,7 @@ def workload_options(
         max_tokens=max_tokens,
         fields=fields,
         prefix_workload=prefix_workload,
+        tenant_loads=tenant_load,
     )
 
 
@@ -85,6 +92,8 @@ def default_config() -> Config:
 
 def build_workload(options: WorkloadOptions) -> list[WorkloadRequest]:
     """The workload the options describe; ``ValueError`` with a clear message otherwise."""
+    if options.tenant_loads:
+        return _tenant_workload(options)
     sources = [
         options.trace is not None,
         options.poisson_rate is not None,
@@ -119,6 +128,28 @@ def build_workload(options: WorkloadOptions) -> list[WorkloadRequest]:
         requests = scale_rate(requests, options.rate_scale)
     if options.mix:
         requests = apply_mix(requests, parse_mix(options.mix), seed=options.seed)
+    if not requests:
+        raise ValueError("the workload is empty")
+    return requests
+
+
+def _tenant_workload(options: WorkloadOptions) -> list[WorkloadRequest]:
+    """``--tenant-load``: per-tenant arrivals, lengths sampled from ``--trace`` (or the
+    shipped conversation trace)."""
+    others = [options.poisson_rate, options.gamma, options.prefix_workload, options.window]
+    if any(other is not None for other in others) or options.fields or options.mix:
+        raise ValueError(
+            "--tenant-load combines only with --trace (the lengths), --duration, --seed,"
+            " --max-tokens and --rate-scale"
+        )
+    source = options.trace if options.trace is not None else DEFAULT_LENGTHS_TRACE
+    if options.trace is None and not source.is_file():
+        raise ValueError(f"--tenant-load samples lengths from --trace (default {source}: missing)")
+    lengths = load_workload(source, max_tokens=_max_tokens_policy(options.max_tokens))
+    loads = [parse_tenant_load(text) for text in options.tenant_loads]
+    requests = tenant_loads(loads, lengths, options.duration_s, seed=options.seed)
+    if options.rate_scale != 1.0:
+        requests = scale_rate(requests, options.rate_scale)
     if not requests:
         raise ValueError("the workload is empty")
     return requests

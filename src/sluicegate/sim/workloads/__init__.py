@@ -6,6 +6,8 @@ are pure, and random ones are deterministic for a seed.
 * :mod:`~sluicegate.sim.workloads.traces`: Azure / BurstGPT CSV and JSONL files.
 * :mod:`~sluicegate.sim.workloads.synthetic`: Poisson, gamma bursts, on/off tenants.
 * :mod:`~sluicegate.sim.workloads.mix`: assign tenant/lane/priority by share.
+* :mod:`~sluicegate.sim.workloads.tenants`: per-tenant Poisson loads with periodic bursts,
+  lengths sampled from a trace (``--tenant-load``).
 * :mod:`~sluicegate.sim.workloads.transform`: rate scaling, windows, max_tokens caps.
 """
 
@@ -20,6 +22,12 @@ from sluicegate.sim.workloads.synthetic import (
     merge,
     on_off,
     poisson,
+)
+from sluicegate.sim.workloads.tenants import (
+    Burst,
+    TenantLoad,
+    parse_tenant_load,
+    tenant_loads,
 )
 from sluicegate.sim.workloads.traces import (
     WorkloadError,
@@ -43,10 +51,12 @@ __all__ = [
     "DEFAULT_OUTPUT",
     "DEFAULT_PROMPT",
     "SHARE_TOLERANCE",
+    "Burst",
     "LengthDist",
     "MaxTokensPolicy",
     "MixEntry",
     "MixError",
+    "TenantLoad",
     "WorkloadError",
     "apply_mix",
     "check_max_tokens_policy",
@@ -59,10 +69,12 @@ __all__ = [
     "merge",
     "on_off",
     "parse_mix",
+    "parse_tenant_load",
     "poisson",
     "resolve_max_tokens",
     "scale_rate",
     "shift",
+    "tenant_loads",
     "window",
     "write_jsonl",
 ]
