@@ -20,6 +20,7 @@ COMPILED = [
         "circuit.py",
         "decisions.py",
         "entry.py",
+        "estimate.py",
         "predictor.py",
         "preemption.py",
         "queues.py",
@@ -34,7 +35,9 @@ COMPILED = [
         "routing/least_inflight.py",
         "runtime.py",
         "scheduler.py",
+        "tenant_share.py",
         "ticket.py",
+        "work_ahead.py",
     )
 ]
 

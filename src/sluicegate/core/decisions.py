@@ -43,9 +43,15 @@ class Admit(NamedTuple):
 
 
 class Queued(NamedTuple):
-    """The ticket waits in its lane's queue; a later decision admits or removes it."""
+    """The ticket waits in its lane's queue; a later decision admits or removes it.
+
+    ``estimated_wait_s`` is the estimated time from now until it starts: the work
+    its lane's policy runs before it over the lane's slots (``core/work_ahead.py``).
+    Only lanes with ``shed_hopeless`` keep what it needs; elsewhere it is ``None``.
+    """
 
     ticket: Ticket
+    estimated_wait_s: float | None
 
 
 class Reject(NamedTuple):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 from sluicegate.core.ticket import Ticket
@@ -32,6 +33,8 @@ class Entry:
         cost_tokens: what the ticket charges the model's in-flight token budget.
         state: queued, reserving a global slot, running, or being preempted.
         queue_gen: bumped on every push, so stale heap items are recognised.
+        queue_item: while queued, its item in the queue (key, seq, entry); stale after a pop.
+        run_end: while running, its predicted end as its lane counts it (NaN otherwise).
         enqueued_at: when it (last) entered a queue.
         admitted_at: when it (last) took a slot.
         backend: the backend it runs on.
@@ -54,6 +57,8 @@ class Entry:
     cost_tokens: int
     state: State = State.QUEUED
     queue_gen: int = 0
+    queue_item: tuple[float | int | Entry, ...] | None = None
+    run_end: float = math.nan
     enqueued_at: float = 0.0
     admitted_at: float = 0.0
     backend: str = ""

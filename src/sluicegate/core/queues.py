@@ -1,9 +1,12 @@
-"""Lane queues: binary heaps with lazy deletion, O(log n) per operation.
+"""Lane queues, each able to tell the predicted work its policy runs before any entry.
 
-``HeapQueue`` orders one flow by a time-invariant key (fairness ``none``).
-``FairQueue`` (fairness ``vtc``) is two tiers: a fairness tier that picks the
-tenant with the smallest weighted virtual token counter (VTC), and a
-``HeapQueue`` per tenant ordered by the lane's ordering key.
+``HeapQueue`` orders one flow by a time-invariant key (fairness ``none``) in a
+``SortedWork`` (sorted blocks with sums of predicted service, O(log n) per
+operation plus a short block move). ``FairQueue`` (fairness ``vtc``) is two
+tiers: a fairness tier that picks the tenant with the smallest weighted virtual
+token counter (VTC), and a ``HeapQueue`` per tenant ordered by the lane's
+ordering key. Both count the remaining work of the lane's running entries
+(``core/work_ahead.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from sluicegate.core.entry import Entry
+from sluicegate.core.work_ahead import Item, RunningWork, SortedWork
 
 KeyFn = Callable[[Entry], tuple[float, ...]]
 
@@ -27,15 +31,22 @@ class LaneQueue(Protocol):
     Contract: ``peek``/``pop`` return the entry the policy would serve next;
     ``remove`` takes any queued entry out in O(log n) amortised; ``len`` counts
     live entries only. ``on_admit`` and ``on_finish`` let fairness policies
-    account for service, and ``counter`` reports that account; queues without
-    fairness ignore the first two and report ``None``.
+    account for service, and ``counter`` reports that account (queues without
+    fairness report ``None``); both also track the lane's running work.
+    ``work_ahead`` and ``running_work`` give a waiting ticket's start estimate.
 
     A Protocol rather than a base class: the two queues share no code, and the
     scheduler needs only these methods.
     """
 
-    def push(self, entry: Entry) -> None:
-        """Add a queued entry."""
+    def track_work(self) -> None:
+        """From now on keep what ``work_ahead`` and ``running_work`` need (call it before the
+        first push). Queues that are not told skip that bookkeeping."""
+        ...
+
+    def push(self, entry: Entry) -> float:
+        """Add a queued entry; when tracking work, return ``work_ahead(entry)`` as it stands
+        after the push (else 0)."""
         ...
 
     def peek(self) -> Entry | None:
@@ -62,83 +73,106 @@ class LaneQueue(Protocol):
         """The tenant's fair-share counter, or ``None`` when the queue keeps none."""
         ...
 
+    def work_ahead(self, entry: Entry) -> float:
+        """Predicted service of the queued entries the policy serves before ``entry``.
+
+        ``entry`` may be queued or not (a ticket about to be); it never counts itself.
+        """
+        ...
+
+    def running_work(self, now: float) -> float:
+        """Remaining predicted work at ``now`` of the lane's running entries (``on_admit``
+        until ``on_finish``); 0 unless tracking work."""
+        ...
+
     def __len__(self) -> int: ...
 
 
-_Item = tuple[float | int | Entry, ...]
-
-
-def _live_item(item: _Item) -> bool:
-    entry = item[-1]
-    return isinstance(entry, Entry) and item[-2] == entry.queue_gen
-
-
 class HeapQueue:
-    """One flow ordered by ``key(entry)``, then submission order."""
+    """One flow ordered by ``key(entry)``, then submission order.
 
-    __slots__ = ("_heap", "_key", "_live")
+    The name is historical: the items are a ``SortedWork`` (sorted blocks with
+    sums of predicted service), so an entry is removed at once rather than left
+    stale, and the work queued before any entry is known (``work_ahead``).
+    """
+
+    __slots__ = ("_items", "_key", "_running", "_track", "running_work")
 
     def __init__(self, key: KeyFn) -> None:
         self._key = key
-        # Items are ``key + (seq, gen, entry)``, flat: one tuple comparison per heap step.
-        self._heap: list[_Item] = []
-        self._live = 0
+        self._track = False
+        # Items are ``key + (seq, entry)``, flat: one tuple comparison per step.
+        self._items = SortedWork()
+        self._running = RunningWork()
+        self.running_work: Callable[[float], float] = self._running.remaining
+        """Remaining predicted work at ``now`` of the entries admitted through ``on_admit``
+        (``RunningWork.remaining``, bound here to save a call on every submit)."""
 
-    def push(self, entry: Entry) -> None:
-        """Add ``entry``; its ``queue_gen`` marks this push so stale items are skipped."""
+    def _item(self, entry: Entry) -> Item:
+        item = entry.queue_item
+        return (*self._key(entry), entry.seq, entry) if item is None else item
+
+    def push(self, entry: Entry) -> float:
+        """Add ``entry`` and return the work queued before it; its ``queue_gen`` marks this
+        push so stale expiry items are skipped."""
         entry.queue_gen += 1
-        item: _Item = (*self._key(entry), entry.seq, entry.queue_gen, entry)
-        heapq.heappush(self._heap, item)
-        self._live += 1
+        item: Item = (*self._key(entry), entry.seq, entry)
+        entry.queue_item = item
+        return self._items.add(item, entry.service_s, self._track)
 
-    def _prune(self) -> None:
-        heap = self._heap
-        while heap:
-            item = heap[0]
-            entry = item[-1]
-            assert isinstance(entry, Entry)
-            if item[-2] == entry.queue_gen:
-                return
-            heapq.heappop(heap)
+    def track_work(self) -> None:
+        """Measure the work before each push and count running work."""
+        self._track = True
 
     def peek(self) -> Entry | None:
         """The entry with the smallest key."""
-        self._prune()
-        if not self._heap:
+        blocks = self._items.blocks
+        if not blocks:
             return None
-        entry = self._heap[0][-1]
+        entry = blocks[0][0][-1]
         assert isinstance(entry, Entry)
         return entry
 
     def pop(self) -> Entry:
         """Remove and return the entry with the smallest key."""
-        self._prune()
-        entry = heapq.heappop(self._heap)[-1]
+        entry = self._items.pop_first()[-1]
         assert isinstance(entry, Entry)
         entry.queue_gen += 1
-        self._live -= 1
+        # ``queue_item`` is left stale: only a queued or new entry's item is ever read,
+        # and the next push replaces it.
         return entry
 
     def remove(self, entry: Entry) -> None:
-        """Invalidate ``entry``'s heap item; compact when stale items dominate."""
+        """Take ``entry`` out; ``KeyError`` if it is not queued here."""
+        self._items.discard(self._item(entry))
         entry.queue_gen += 1
-        self._live -= 1
-        if len(self._heap) > 2 * self._live + 64:
-            self._heap = [item for item in self._heap if _live_item(item)]
-            heapq.heapify(self._heap)
+        entry.queue_item = None
 
     def on_admit(self, entry: Entry) -> None:
-        """No accounting for a single flow."""
+        """Count ``entry``'s predicted work as running (no fair-share accounting)."""
+        if self._track:
+            self._running.fresh.append(entry)
 
     def on_finish(self, entry: Entry, prompt_tokens: int, completion_tokens: int) -> None:
-        """No accounting for a single flow."""
+        """``entry``'s work no longer runs (no fair-share accounting)."""
+        if self._track:
+            self._running.discard(entry)
 
     def counter(self, tenant: str) -> float | None:
         """``None``: a single flow keeps no fair-share counters."""
         return None
 
+    def work_ahead(self, entry: Entry) -> float:
+        """Predicted service of the queued entries with a smaller (key, seq) than ``entry``."""
+        return self._items.work_before(self._item(entry))
+
+    @property
+    def total_work(self) -> float:
+        """Predicted service of every queued entry."""
+        return self._items.total
+
     def __len__(self) -> int:
-        return self._live
+        return self._items.size
 
 
 class FairQueue:
@@ -153,14 +187,19 @@ class FairQueue:
     """
 
     __slots__ = (
+        "_backlog_weight",
         "_counters",
         "_frontier",
         "_heap",
         "_key",
         "_live",
+        "_queued_work",
+        "_running",
         "_subs",
+        "_track",
         "_versions",
         "_weights",
+        "running_work",
     )
 
     def __init__(self, key: KeyFn, weights: Mapping[str, float]) -> None:
@@ -172,6 +211,12 @@ class FairQueue:
         self._heap: list[tuple[float, int, str]] = []
         self._frontier = 0.0
         self._live = 0
+        self._queued_work = 0.0
+        self._backlog_weight = 0.0
+        self._track = False
+        self._running = RunningWork()
+        self.running_work: Callable[[float], float] = self._running.remaining
+        """Remaining predicted work at ``now`` of the lane's running entries."""
 
     def counter(self, tenant: str) -> float:
         """The tenant's weighted virtual token counter (0 for a tenant never seen)."""
@@ -198,21 +243,60 @@ class FairQueue:
             ]
             heapq.heapify(self._heap)
 
-    def push(self, entry: Entry) -> None:
-        """Queue ``entry`` under its tenant, lifting the tenant's counter if it was idle."""
+    def push(self, entry: Entry) -> float:
+        """Queue ``entry`` under its tenant, lifting the tenant's counter if it was idle;
+        return its ``work_ahead``."""
         tenant = entry.ticket.tenant
         sub = self._subs.get(tenant)
         if sub is None:
             sub = self._subs[tenant] = HeapQueue(self._key)
+            if self._track:
+                sub.track_work()
+        weight = self._weights.get(tenant, 1.0)
         if len(sub) == 0:
             leader = self._min_backlogged()
             floor = self._counters[leader] if leader is not None else self._frontier
             self._counters[tenant] = max(self._counters.get(tenant, 0.0), floor)
-            sub.push(entry)
+            own = sub.push(entry)
             self._advertise(tenant)
+            self._backlog_weight += weight
         else:
-            sub.push(entry)
+            own = sub.push(entry)
         self._live += 1
+        self._queued_work += entry.service_s
+        if not self._track:
+            return 0.0
+        # ``_gps`` inlined (the hot path); ``sub`` now holds ``entry``.
+        others = self._queued_work - sub.total_work
+        share = (own + entry.service_s) / weight * (self._backlog_weight - weight)
+        if others < share:
+            share = others
+        return own + share if share > 0.0 else own
+
+    def _gps(self, sub: HeapQueue | None, weight: float, own: float, service_s: float) -> float:
+        """``own`` plus the other tenants' GPS share while ``own + service_s`` is served."""
+        others = self._queued_work
+        others_weight = self._backlog_weight
+        if sub is not None and len(sub):
+            others -= sub.total_work
+            others_weight -= weight
+        # Weighted GPS on the aggregate of the others: min(W, x·w) for x = (A + S) ÷ w_t.
+        # Exact with one other tenant; with more, an upper bound of Σ min(W_u, x·w_u)
+        # (a tenant with little work left stops taking its share sooner).
+        share = (own + service_s) / weight * others_weight
+        if others < share:
+            share = others
+        return own + share if share > 0.0 else own
+
+    def _left(self, entry: Entry, sub: HeapQueue) -> None:
+        """``entry`` left ``sub`` (popped or removed): the lane's totals follow."""
+        self._live -= 1
+        if not self._live:
+            self._queued_work = self._backlog_weight = 0.0
+            return
+        self._queued_work -= entry.service_s
+        if not len(sub):
+            self._backlog_weight -= self._weights.get(entry.ticket.tenant, 1.0)
 
     def peek(self) -> Entry | None:
         """The head of the least-served backlogged tenant."""
@@ -224,13 +308,38 @@ class FairQueue:
         tenant = self._min_backlogged()
         if tenant is None:
             raise IndexError("pop from an empty FairQueue")
-        self._live -= 1
-        return self._subs[tenant].pop()
+        sub = self._subs[tenant]
+        entry = sub.pop()
+        self._left(entry, sub)
+        return entry
 
     def remove(self, entry: Entry) -> None:
         """Take ``entry`` out of its tenant's queue."""
-        self._subs[entry.ticket.tenant].remove(entry)
-        self._live -= 1
+        sub = self._subs[entry.ticket.tenant]
+        sub.remove(entry)
+        self._left(entry, sub)
+
+    def track_work(self) -> None:
+        """Measure the work before each push (in every tenant's queue) and count running work."""
+        self._track = True
+        for sub in self._subs.values():
+            sub.track_work()
+
+    def work_ahead(self, entry: Entry) -> float:
+        """Weighted GPS between backlogged tenants, the ordering within ``entry``'s tenant.
+
+        ``entry``'s tenant t must serve its own work ahead A plus ``entry`` (S), which
+        takes ``(A + S) ÷ w_t`` of virtual time; meanwhile the other backlogged tenants
+        are served ``min(W, (A + S) · w ÷ w_t)`` of their queued work W, w their summed
+        weight (exact with two tenants, an upper bound with more). It
+        ignores the counters' present offsets (a tenant behind in served tokens goes
+        first until it catches up), that counters charge tokens rather than seconds,
+        and work arriving later.
+        """
+        tenant = entry.ticket.tenant
+        sub = self._subs.get(tenant)
+        own = 0.0 if sub is None else sub.work_ahead(entry)
+        return self._gps(sub, self._weights.get(tenant, 1.0), own, entry.service_s)
 
     def _charge(self, tenant: str, tokens: float) -> None:
         self._counters[tenant] = self._counters.get(tenant, 0.0) + tokens / self._weights.get(
@@ -243,6 +352,8 @@ class FairQueue:
     def on_admit(self, entry: Entry) -> None:
         """Charge the prompt and the predicted output to the tenant's counter."""
         tenant = entry.ticket.tenant
+        if self._track:
+            self._running.fresh.append(entry)
         self._frontier = self._counters.get(tenant, 0.0)
         self._charge(
             tenant,
@@ -252,6 +363,8 @@ class FairQueue:
 
     def on_finish(self, entry: Entry, prompt_tokens: int, completion_tokens: int) -> None:
         """Correct the admission charge to the tokens really served."""
+        if self._track:
+            self._running.discard(entry)
         delta = VTC_INPUT_WEIGHT * (prompt_tokens - entry.ticket.prompt_tokens) + (
             VTC_OUTPUT_WEIGHT * (completion_tokens - entry.predicted_output_tokens)
         )

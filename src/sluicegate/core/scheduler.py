@@ -29,6 +29,7 @@ from sluicegate.core.admission import admit_waiting
 from sluicegate.core.decisions import Admit, Decision, ErrorCode, Expire, Queued, Reject
 from sluicegate.core.entry import Entry, State
 from sluicegate.core.errors import UnknownModelError
+from sluicegate.core.estimate import queued_wait_s, start_estimate
 from sluicegate.core.limits.feedback import report_outcome
 from sluicegate.core.preemption import preempt_for_blocked
 from sluicegate.core.ratelimit import TenantRateLimiter
@@ -55,6 +56,11 @@ class Scheduler:
         weights = {tenant.name: tenant.weight for tenant in spec.tenants}
         self.spec = spec
         self._models = {model.name: ModelRuntime(model, weights) for model in spec.models}
+        for runtime in self._models.values():
+            for lane in runtime.lane_order:
+                # Only lanes that decide by it pay for the start estimate's bookkeeping.
+                if lane.spec.shed_hopeless:
+                    lane.queue.track_work()
         self._rate = rate_limiter if rate_limiter is not None else TenantRateLimiter(spec.tenants)
         self._entries: dict[TicketId, Entry] = {}
         self._expiry: list[tuple[float, int, int, Entry]] = []
@@ -81,23 +87,28 @@ class Scheduler:
             len(queue) == 0 and model.lane_has_room(lane)
         ):
             self._rate.refund(ticket.tenant, entry.charged_tokens, now)
+            # Not the ticket's own start estimate: a full queue refills as fast as it
+            # drains under overload, so a retry helps only once the whole lane drained.
             wait = model.drain_estimate_s(lane)
             return [self._reject(ticket, 429, ErrorCode.QUEUE_FULL, wait, "queue is full")]
-        if lane.spec.shed_hopeless and self._hopeless(model, lane, entry, now):
-            self._rate.refund(ticket.tenant, entry.charged_tokens, now)
-            wait = model.drain_estimate_s(lane)
-            return [self._reject(ticket, 503, ErrorCode.OVERLOADED, wait, "deadline cannot be met")]
+        if lane.spec.shed_hopeless:
+            wait = start_estimate(model, lane, entry, now)
+            if now + wait + entry.service_s > entry.deadline:
+                self._rate.refund(ticket.tenant, entry.charged_tokens, now)
+                message = "deadline cannot be met"
+                return [self._reject(ticket, 503, ErrorCode.OVERLOADED, wait, message)]
         self._entries[ticket.id] = entry
         head_before = queue.peek()
-        self._enqueue(lane, entry, now)
+        ahead = self._enqueue(lane, entry, now)
+        queued = len(queue)
         if head_before is not None and model.running >= model.cap() and queue.peek() is head_before:
             # Nothing can be admitted and the lane's head is unchanged, so neither
             # admission nor preemption has anything new to decide.
-            return [Queued(ticket)]
+            return [Queued(ticket, queued_wait_s(model, lane, entry, ahead, queued, now))]
         out: list[Decision] = []
         self._dispatch(model, now, out)
         if entry.state is State.QUEUED:
-            return [Queued(ticket), *out]
+            return [Queued(ticket, queued_wait_s(model, lane, entry, ahead, queued, now)), *out]
         return out
 
     def complete(self, ticket_id: TicketId, usage: Usage, now: float) -> list[Decision]:
@@ -167,9 +178,14 @@ class Scheduler:
                 continue
             model = self._models[entry.ticket.model]
             lane = model.lanes[entry.ticket.lane]
+            # With work tracked, retry when the work that was ahead of it has run (where it
+            # stood, it would have started); else the lane's whole drain, once it left.
+            wait = start_estimate(model, lane, entry, now) if lane.spec.shed_hopeless else None
             lane.queue.remove(entry)
             self._end(entry, 0, now)
-            out.append(Expire(entry.ticket, retry_wait_s(model.drain_estimate_s(lane))))
+            if wait is None:
+                wait = model.drain_estimate_s(lane)
+            out.append(Expire(entry.ticket, retry_wait_s(wait)))
             touched.add(model.spec.name)
         for name, model in self._models.items():
             if name in touched or (model.wakeup is not None and model.wakeup <= now):
@@ -321,18 +337,13 @@ class Scheduler:
             charged_tokens=ticket.prompt_tokens + ticket.max_tokens,
         )
 
-    def _enqueue(self, lane: LaneRuntime, entry: Entry, now: float) -> None:
+    def _enqueue(self, lane: LaneRuntime, entry: Entry, now: float) -> float:
+        """Queue ``entry``; return the work queued before it."""
         entry.state = State.QUEUED
         entry.enqueued_at = now
-        lane.queue.push(entry)
+        ahead = lane.queue.push(entry)
         heapq.heappush(self._expiry, (entry.expire_at, entry.seq, entry.queue_gen, entry))
-
-    def _hopeless(self, model: ModelRuntime, lane: LaneRuntime, entry: Entry, now: float) -> bool:
-        if len(lane.queue) == 0 and model.lane_has_room(lane):
-            wait = 0.0
-        else:
-            wait = model.drain_estimate_s(lane)
-        return now + wait + entry.service_s > entry.deadline
+        return ahead
 
     def _reject(
         self, ticket: Ticket, status: int, code: ErrorCode, wait_s: float, message: str

@@ -156,6 +156,7 @@ class _Simulation:
         self.tick_at: float | None = None
         self.last_tick = float("-inf")
         self.samples = SampleLog(list(self.lanes))
+        self.estimated_wait: dict[int, float] = {}
         self.start = 0.0
         self.interval = 1.0
         self.scrape_k = 0
@@ -343,7 +344,9 @@ class _Simulation:
             if isinstance(decision, Admit):
                 self._admit(decision, now)
             elif isinstance(decision, Queued):
-                continue
+                if decision.estimated_wait_s is not None:
+                    index = self.live[decision.ticket.id].index
+                    self.estimated_wait[index] = decision.estimated_wait_s
             elif isinstance(decision, Reject):
                 self.live.pop(decision.ticket.id).end(decision.outcome.value, now)
             elif isinstance(decision, Expire):
@@ -405,4 +408,5 @@ class _Simulation:
             engine_preemptions=sum(rep.engine.num_preemptions_total for rep in self.replicas),
             prompt_tokens_queried=sum(r.engine.prefix_cache.query_tokens for r in self.replicas),
             prompt_tokens_cached=sum(r.engine.prefix_cache.hit_tokens for r in self.replicas),
+            estimated_wait_s=self.estimated_wait,
         )

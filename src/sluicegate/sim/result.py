@@ -93,6 +93,9 @@ class SimResult:
         prompt_tokens_queried: prompt tokens looked up in the engines' prefix caches
             (0 when the workload carries no block hashes).
         prompt_tokens_cached: of those, tokens found cached, whose prefill was skipped.
+        estimated_wait_s: by request index, the scheduler's estimated wait when it queued
+            the request (``Queued.estimated_wait_s``, kept in lanes with ``shed_hopeless``);
+            requests admitted at once or refused, and other lanes' requests, have none.
     """
 
     model: str
@@ -111,6 +114,7 @@ class SimResult:
     engine_preemptions: int
     prompt_tokens_queried: int
     prompt_tokens_cached: int
+    estimated_wait_s: Mapping[int, float] = field(default_factory=dict)
 
     @property
     def prefix_hit_rate(self) -> float:

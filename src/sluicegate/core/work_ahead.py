@@ -1,0 +1,260 @@
+"""Work ahead of a waiting ticket: what its lane's policy runs before it (DESIGN §5, §6).
+
+A ticket's estimated start is the predicted service of the queued tickets its
+lane's policy serves before it, plus the remaining predicted work of the lane's
+running tickets, spread over the lane's slots (``start_estimate_s``). Two
+structures keep those sums cheap enough for every submit:
+
+* ``SortedWork``: the queued items of one flow in order, in blocks of at most
+  ``MAX_BLOCK`` items with per-block sums of predicted service, so the work
+  before any position is two bisections plus two short sums (O(log n + √n)
+  additions done in C; the shorter side of each sum is taken);
+* ``RunningWork``: the remaining predicted work ``max(0, service_s − (now −
+  admitted_at))`` summed over a lane's running tickets, from a heap of predicted
+  end times retired as ``now`` passes them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_left
+
+from sluicegate.core.entry import Entry
+
+Item = tuple[float | int | Entry, ...]
+"""A queue item: the ordering key, then the submission ``seq``, then the entry."""
+
+MAX_BLOCK = 128
+"""A block holding more items is split in two."""
+
+
+class SortedWork:
+    """Items kept in sorted order, each with an amount of work, with sums of work by position.
+
+    Items must be unique and totally ordered (queue items end in a unique ``seq``).
+    ``add``, ``discard`` and ``pop_first`` cost O(log n) comparisons plus moving at
+    most ``MAX_BLOCK`` pointers; ``work_before`` O(log n) comparisons plus at most
+    ``n ÷ MAX_BLOCK`` + ``MAX_BLOCK`` additions. An emptied block is dropped; small
+    blocks are not merged.
+    """
+
+    __slots__ = ("_maxes", "_sums", "_works", "blocks", "size", "total")
+
+    def __init__(self) -> None:
+        self.blocks: list[list[Item]] = []
+        """The items in order, block by block (read-only to callers: ``blocks[0][0]`` is
+        the smallest)."""
+        self.size = 0
+        """How many items are held (read-only to callers)."""
+        self.total = 0.0
+        """The work of every item (read-only to callers; 0 exactly when empty)."""
+        self._works: list[list[float]] = []
+        self._sums: list[float] = []
+        self._maxes: list[Item] = []
+
+    def __len__(self) -> int:
+        return self.size
+
+    def first(self) -> Item | None:
+        """The smallest item, or ``None`` when empty."""
+        blocks = self.blocks
+        return blocks[0][0] if blocks else None
+
+    def add(self, item: Item, work: float, measure: bool = True) -> float:
+        """Insert ``item`` with ``work``; return the work of the items before it (0 unless
+        ``measure``: the sums are skipped)."""
+        maxes = self._maxes
+        count = len(maxes)
+        self.size += 1
+        if not count:
+            self.total = work
+            self.blocks.append([item])
+            self._works.append([work])
+            self._sums.append(work)
+            maxes.append(item)
+            return 0.0
+        i = bisect_left(maxes, item)
+        if i == count:
+            i -= 1
+        block = self.blocks[i]
+        j = bisect_left(block, item)
+        sums = self._sums
+        works = self._works[i]
+        total = self.total
+        before = 0.0
+        if measure:
+            # The work before (i, j), from the nearer end (``_before``, inlined: hot path).
+            before = sum(sums[:i], 0.0) if 2 * i <= count else total - sum(sums[i:], 0.0)
+            if 2 * j <= len(works):
+                before += sum(works[:j], 0.0)
+            else:
+                before += sums[i] - sum(works[j:], 0.0)
+        block.insert(j, item)
+        works.insert(j, work)
+        sums[i] += work
+        self.total = total + work
+        if j == len(block) - 1:
+            maxes[i] = item
+        if len(block) > MAX_BLOCK:
+            self._split(i)
+        return before if before > 0.0 else 0.0
+
+    def _before(self, i: int, j: int, count: int) -> float:
+        """The work before position ``j`` of block ``i`` (of ``count``), from the nearer end."""
+        sums = self._sums
+        before = sum(sums[:i], 0.0) if 2 * i <= count else self.total - sum(sums[i:], 0.0)
+        works = self._works[i]
+        if 2 * j <= len(works):
+            before += sum(works[:j], 0.0)
+        else:
+            before += sums[i] - sum(works[j:], 0.0)
+        return max(0.0, before)
+
+    def _split(self, i: int) -> None:
+        block = self.blocks[i]
+        works = self._works[i]
+        half = len(block) // 2
+        self.blocks.insert(i + 1, block[half:])
+        self._works.insert(i + 1, works[half:])
+        del block[half:]
+        del works[half:]
+        self._sums[i] = sum(works, 0.0)
+        self._sums.insert(i + 1, sum(self._works[i + 1], 0.0))
+        self._maxes[i] = block[-1]
+        self._maxes.insert(i + 1, self.blocks[i + 1][-1])
+        # Incremental sums drift by rounding; a split is a cheap moment to start afresh.
+        self.total = sum(self._sums, 0.0)
+
+    def _delete(self, i: int, j: int) -> float:
+        block = self.blocks[i]
+        del block[j]
+        work = self._works[i].pop(j)
+        self.size -= 1
+        if not block:
+            del self.blocks[i]
+            del self._works[i]
+            del self._sums[i]
+            del self._maxes[i]
+            if not self.size:
+                self.total = 0.0
+                return work
+        else:
+            self._sums[i] -= work
+            if j == len(block):
+                self._maxes[i] = block[-1]
+        self.total -= work
+        return work
+
+    def pop_first(self) -> Item:
+        """Remove and return the smallest item; ``IndexError`` when empty."""
+        blocks = self.blocks
+        if not blocks:
+            raise IndexError("pop from an empty queue")
+        block = blocks[0]
+        item = block[0]
+        if len(block) == 1:
+            self._delete(0, 0)
+            return item
+        # ``_delete(0, 0)`` inlined for the common case: the block stays.
+        del block[0]
+        work = self._works[0].pop(0)
+        self.size -= 1
+        self._sums[0] -= work
+        self.total -= work
+        return item
+
+    def discard(self, item: Item) -> None:
+        """Remove ``item``; ``KeyError`` when it is not held."""
+        i = bisect_left(self._maxes, item)
+        if i < len(self._maxes):
+            block = self.blocks[i]
+            j = bisect_left(block, item)
+            if j < len(block) and block[j] == item:
+                self._delete(i, j)
+                return
+        raise KeyError("item is not queued")
+
+    def work_before(self, item: Item) -> float:
+        """The work of the items smaller than ``item`` (held or not)."""
+        maxes = self._maxes
+        count = len(maxes)
+        i = bisect_left(maxes, item)
+        if i == count:
+            return self.total
+        return self._before(i, bisect_left(self.blocks[i], item), count)
+
+
+class RunningWork:
+    """Remaining predicted work of one lane's running tickets.
+
+    A ticket counts ``max(0, admitted_at + service_s − now)``. The queue hears of
+    an admission before the entry's ``admitted_at`` is set, so new entries wait in
+    ``fresh`` until the next call reads them; a counted entry holds its predicted
+    end in ``entry.run_end`` (NaN when not counted), and a heap of ends retires
+    entries as ``now`` passes them. Calls must come with non-decreasing ``now``.
+    """
+
+    __slots__ = ("_count", "_ends", "_sum", "fresh")
+
+    def __init__(self) -> None:
+        self.fresh: list[Entry] = []
+        """Admitted entries not yet read (``add`` appends; a caller may append directly)."""
+        self._ends: list[tuple[float, int, Entry]] = []
+        self._sum = 0.0
+        self._count = 0
+
+    def add(self, entry: Entry) -> None:
+        """``entry`` took a slot (its ``admitted_at`` may not be set yet)."""
+        self.fresh.append(entry)
+
+    def _settle(self) -> None:
+        total = self._sum
+        ends = self._ends
+        for entry in self.fresh:
+            end = entry.admitted_at + entry.service_s
+            entry.run_end = end
+            total += end
+            heapq.heappush(ends, (end, entry.seq, entry))
+        self._count += len(self.fresh)
+        self._sum = total
+        self.fresh.clear()
+
+    def discard(self, entry: Entry) -> None:
+        """``entry`` left its slot."""
+        fresh = self.fresh
+        if fresh:
+            if len(fresh) == 1:
+                # ``_settle`` inlined for the usual single admission (the hot path).
+                other = fresh.pop()
+                end = other.admitted_at + other.service_s
+                other.run_end = end
+                self._sum += end
+                self._count += 1
+                heapq.heappush(self._ends, (end, other.seq, other))
+            else:
+                self._settle()
+        end = entry.run_end
+        if end == end:  # not NaN: still counted
+            entry.run_end = math.nan
+            self._count -= 1
+            self._sum = self._sum - end if self._count else 0.0
+
+    def remaining(self, now: float) -> float:
+        """Σ ``max(0, end − now)`` over the running tickets."""
+        if self.fresh:
+            self._settle()
+        ends = self._ends
+        while ends and ends[0][0] <= now:
+            end, _, entry = heapq.heappop(ends)
+            if entry.run_end == end:
+                entry.run_end = math.nan
+                self._count -= 1
+                self._sum = self._sum - end if self._count else 0.0
+        rest = self._sum - self._count * now
+        return rest if rest > 0.0 else 0.0
+
+
+def start_estimate_s(running_s: float, ahead_s: float, slots: int) -> float:
+    """The estimated wait of a ticket: the running and queued work ahead of it over ``slots``."""
+    return max(0.0, (running_s + ahead_s) / max(1, slots))
