@@ -70,10 +70,22 @@ class Reject(NamedTuple):
 
 
 class Expire(NamedTuple):
-    """Remove a queued ticket whose queue timeout passed (HTTP 503 ``queue_timeout``)."""
+    """Remove a queued ticket that can no longer be served in time.
+
+    ``code`` says why: ``QUEUE_TIMEOUT`` (HTTP 503 ``queue_timeout``) when its
+    queue timeout passed; ``OVERLOADED`` (HTTP 503 ``overloaded``) when, in a
+    lane with ``shed_hopeless``, its latest start (deadline − predicted
+    service) passed while it waited.
+    """
 
     ticket: Ticket
     retry_after_s: float
+    code: ErrorCode = ErrorCode.QUEUE_TIMEOUT
+
+    @property
+    def outcome(self) -> Outcome:
+        """The metric outcome of this removal (``expired``, or ``shed`` for a hopeless one)."""
+        return _REJECT_OUTCOMES[self.code]
 
 
 class Preempt(NamedTuple):

@@ -43,7 +43,9 @@ class Entry:
         requeues: how many times it was preempted and put back.
         preempt_requeue: set on a ``Preempt`` decision whose action is requeue.
         preempted_for: the lane whose waiting ticket a preemption frees a slot for.
-        expire_at: when it leaves the queue with ``queue_timeout``.
+        expire_at: when it leaves the queue: its queue timeout or, in a lane with
+            ``shed_hopeless``, its latest start if that comes first.
+        expires_hopeless: whether ``expire_at`` is the latest start.
         charged_tokens: tokens taken from the tenant's rate limit, to refund on release.
     """
 
@@ -68,6 +70,7 @@ class Entry:
     preempt_requeue: bool = False
     preempted_for: str | None = None
     expire_at: float = 0.0
+    expires_hopeless: bool = False
     charged_tokens: int = 0
 
     def __lt__(self, other: Entry) -> bool:

@@ -111,11 +111,16 @@ class Scheduler:
             return [Queued(ticket, queued_wait_s(model, lane, entry, ahead, queued, now)), *out]
         return out
 
-    def complete(self, ticket_id: TicketId, usage: Usage, now: float) -> list[Decision]:
+    def complete(
+        self, ticket_id: TicketId, usage: Usage, now: float, *, ran_to_end: bool = False
+    ) -> list[Decision]:
         """A running ticket finished (or failed upstream, or was stopped after ``Preempt``).
 
         Completing an unknown or already-ended ticket is a no-op, so a driver
-        may race a completion against a cancellation safely.
+        may race a completion against a cancellation safely. ``ran_to_end``
+        says the engine gave the whole answer: a ``Preempt`` that raced with
+        the answer's end stopped nothing, so the ticket ends completed rather
+        than preempted (it is not requeued).
         """
         entry = self._entries.get(ticket_id)
         if entry is None:
@@ -129,7 +134,7 @@ class Scheduler:
             backend.circuit.on_success()
         else:
             backend.circuit.on_failure(now)
-        preempted = entry.state is State.PREEMPTING
+        preempted = entry.state is State.PREEMPTING and not ran_to_end
         if not preempted:
             self._learn(model, entry, usage, now)
         out: list[Decision] = []
@@ -185,7 +190,8 @@ class Scheduler:
             self._end(entry, 0, now)
             if wait is None:
                 wait = model.drain_estimate_s(lane)
-            out.append(Expire(entry.ticket, retry_wait_s(wait)))
+            code = ErrorCode.OVERLOADED if entry.expires_hopeless else ErrorCode.QUEUE_TIMEOUT
+            out.append(Expire(entry.ticket, retry_wait_s(wait), code))
             touched.add(model.spec.name)
         for name, model in self._models.items():
             if name in touched or (model.wakeup is not None and model.wakeup <= now):
@@ -324,6 +330,12 @@ class Scheduler:
         if deadline is None:
             deadline = ticket.arrival + lane.spec.slo_ms / 1000.0
         self._seq += 1
+        service_s = prefill_s + predicted * per_token_s
+        expire_at = now + lane.spec.queue_timeout_s
+        # A shedding lane never runs a ticket that can no longer meet its deadline: later
+        # arrivals that overtake it (tighter deadlines) would make it late and waste the slot.
+        latest_start = deadline - service_s
+        hopeless_first = lane.spec.shed_hopeless and latest_start < expire_at
         return Entry(
             ticket=ticket,
             seq=self._seq,
@@ -331,9 +343,10 @@ class Scheduler:
             predicted_output_tokens=predicted,
             prefill_s=prefill_s,
             decode_s_per_token=per_token_s,
-            service_s=prefill_s + predicted * per_token_s,
+            service_s=service_s,
             cost_tokens=ticket.prompt_tokens + predicted,
-            expire_at=now + lane.spec.queue_timeout_s,
+            expire_at=latest_start if hopeless_first else expire_at,
+            expires_hopeless=hopeless_first,
             charged_tokens=ticket.prompt_tokens + ticket.max_tokens,
         )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from sluicegate.core.decisions import Admit, Expire, Reject
+from sluicegate.core.decisions import Admit, ErrorCode, Expire, Reject
 from sluicegate.core.ticket import Outcome
 from sluicegate.gateway.driver import SchedulerDriver, Verdict
 from sluicegate.gateway.errors import GatewayError
@@ -25,13 +25,13 @@ def refusal(exchange: Exchange, verdict: Reject | Expire) -> GatewayError:
         return GatewayError(
             verdict.status, verdict.code.value, verdict.message, retry_after_s=verdict.retry_after_s
         )
-    exchange.finish(Outcome.EXPIRED)
-    return GatewayError(
-        503,
-        "queue_timeout",
-        "request waited too long in the queue",
-        retry_after_s=verdict.retry_after_s,
+    exchange.finish(verdict.outcome)
+    message = (
+        "deadline cannot be met"
+        if verdict.code is ErrorCode.OVERLOADED
+        else "request waited too long in the queue"
     )
+    return GatewayError(503, verdict.code.value, message, retry_after_s=verdict.retry_after_s)
 
 
 def submit(exchange: Exchange, driver: SchedulerDriver) -> asyncio.Future[Verdict]:

@@ -68,10 +68,12 @@ class SchedulerDriver:
         """The handle of an admitted ticket (created on admission)."""
         return self._running[ticket_id]
 
-    def complete(self, ticket_id: TicketId, usage: Usage) -> None:
-        """An admitted ticket's upstream request ended (successfully or not)."""
+    def complete(self, ticket_id: TicketId, usage: Usage, *, ran_to_end: bool = False) -> None:
+        """An admitted ticket's upstream request ended (successfully or not); ``ran_to_end``:
+        the engine gave the whole answer, even if a ``Preempt`` raced with it."""
         self._running.pop(ticket_id, None)
-        self._execute(self.scheduler.complete(ticket_id, usage, self._clock()))
+        decisions = self.scheduler.complete(ticket_id, usage, self._clock(), ran_to_end=ran_to_end)
+        self._execute(decisions)
 
     def progress(self, ticket_id: TicketId, generated_tokens: int) -> None:
         """A running stream has produced ``generated_tokens`` so far."""

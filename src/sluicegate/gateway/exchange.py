@@ -121,7 +121,7 @@ class Exchange:
             self.running = False
             if usage is None:
                 usage = self.cut_short()
-            self._driver.complete(ticket.id, usage)
+            self._driver.complete(ticket.id, usage, ran_to_end=outcome is Outcome.COMPLETED)
             self._lane.ended(outcome)
             self._lane.duration.observe(self.since_arrival())
             if ttft_s is not None:

@@ -34,7 +34,7 @@ from sluicegate.core.decisions import (
 )
 from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.spec import BackendSpec, SchedulerSpec
-from sluicegate.core.ticket import BackendStats, Outcome, Ticket, TicketId, Usage
+from sluicegate.core.ticket import BackendStats, Ticket, TicketId, Usage
 from sluicegate.engine.config import EngineConfig
 from sluicegate.engine.model import StepResult
 from sluicegate.outcomes import COMPLETED, WorkloadRequest
@@ -45,7 +45,6 @@ from sluicegate.sim.result import PREEMPTED, TOO_LARGE, SampleLog, SimResult
 
 __all__ = ["SimResult", "simulate", "with_replicas"]
 
-_EXPIRED = Outcome.EXPIRED.value
 _TICK_GUARD_S = 1e-6
 
 
@@ -276,19 +275,25 @@ class _Simulation:
                 req.first_token_s = now
                 self.scheduler.progress(req.ticket_id, 1)
         if result.finished:
-            decisions: list[Decision] = []
-            for eid in result.finished:
-                req = running.pop(eid, None)
-                if req is None:
-                    continue  # aborted while the step was in flight
+            # All of the step's answers end before any decision runs, so a ``Preempt``
+            # caused by one completion never names another request that finished with it.
+            done = [req for eid in result.finished if (req := running.pop(eid, None)) is not None]
+            for req in done:
                 req.generated = req.target
                 req.end(COMPLETED, now)
                 del self.live[req.ticket_id]
+            decisions: list[Decision] = []
+            for req in done:
                 ttft = None if req.first_token_s is None else req.first_token_s - req.admitted_s
                 usage = Usage(req.workload.prompt_tokens, req.target, ttft_s=ttft)
-                decisions.extend(self.scheduler.complete(req.ticket_id, usage, now))
+                decisions.extend(
+                    self.scheduler.complete(req.ticket_id, usage, now, ran_to_end=True)
+                )
                 touched_scheduler = True
-            self._execute(decisions, now)
+            live = self.live
+            self._execute(
+                [d for d in decisions if not isinstance(d, Preempt) or d.ticket.id in live], now
+            )
         rep.step_handled(now, self.scheduler.progress)
         if touched_scheduler or self.touched:
             self._after(now)
@@ -347,10 +352,8 @@ class _Simulation:
                 if decision.estimated_wait_s is not None:
                     index = self.live[decision.ticket.id].index
                     self.estimated_wait[index] = decision.estimated_wait_s
-            elif isinstance(decision, Reject):
+            elif isinstance(decision, Reject | Expire):
                 self.live.pop(decision.ticket.id).end(decision.outcome.value, now)
-            elif isinstance(decision, Expire):
-                self.live.pop(decision.ticket.id).end(_EXPIRED, now)
             elif isinstance(decision, Preempt):
                 queue.extend(self._preempt(decision, now))
             elif isinstance(decision, Reserve):
