@@ -15,10 +15,6 @@ p99s (the issue's goal: ≤ 1.2×). The same as, per run::
 
     python benchmarks/noisy_neighbour.py [--duration 1200] [--seed 0] [--smoke]
 
-A row reading "driver error" is the simulator's, not a result: ``sim/driver.py``
-completes all the requests a step finished before executing the decisions, so a
-``Preempt`` issued on one completion may name a request that finished in the same
-step.
 """
 
 from __future__ import annotations
@@ -162,11 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = setup.spec(config.scheduler_spec())
         base = 0.0
         for bursts, workload in workloads.items():
-            try:
-                result = simulate(spec, spec.models[0].name, workload, engine, 1, seed=args.seed)
-            except KeyError as exc:  # see the module docstring: a simulator bug, not a result
-                rows.append(f"| {setup.label} | {'yes' if bursts else 'no'} | driver error {exc} |")
-                continue
+            result = simulate(spec, spec.models[0].name, workload, engine, 1, seed=args.seed)
             e2e, wait, tpot_mean, tpot_p99, completed = _quiet(result.records)
             noisy = [r for r in result.records if r.tenant == "noisy"]
             noisy_done = sum(r.outcome == COMPLETED for r in noisy) / len(noisy)

@@ -3,9 +3,13 @@
 Replays 20 minutes of the Azure LLM inference trace (conversation service)
 through the real scheduler and one emulated Llama-3.1-8B/H100 replica, with
 70% of requests from an interactive ``chat`` tenant (deadline 10 s) and 30%
-from a ``docs`` tenant (deadline 120 s) in one shared lane, at several
-multiples of the trace's rate, for each policy; writes the chat tenant's
-latency table into docs/POLICIES.md.
+from a ``docs`` tenant (deadline 120 s), at offered loads ρ = offered rate ÷
+measured capacity (``sim/capacity.py``: completions per second under backlog
+of the one-lane configuration on this workload). Two set-ups at the same
+offered rates: one shared lane under each policy
+(``examples/simulate-shared-lane.yaml``), and chat and docs in lanes of their
+own (``examples/simulate-two-lanes.yaml``). Writes the Markdown table into
+docs/POLICIES.md.
 
     python benchmarks/policy_table.py [--write docs/POLICIES.md]
 """
@@ -19,56 +23,90 @@ from rich.console import Console
 
 from mdsection import write_section
 from sluicegate.config import load_config
+from sluicegate.engine.presets import preset
+from sluicegate.sim.capacity import measure_capacity
+from sluicegate.sim.metrics import Summary
 from sluicegate.sim.run import run_comparison
 from sluicegate.sim.workloads import apply_mix, load_workload, parse_mix, window
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
-CONFIG = ROOT / "examples" / "simulate-shared-lane.yaml"
-MIX = "0.7:chat:shared:1:10000,0.3:docs:shared:3:120000"
-POLICIES = ["fifo", "sjf", "oracle", "slack", "slack-oracle", "fair"]
-LOADS = [2.0, 2.5, 3.0]
+SHARED = ROOT / "examples" / "simulate-shared-lane.yaml"
+TWO_LANES = ROOT / "examples" / "simulate-two-lanes.yaml"
+SHARED_MIX = "0.7:chat:shared:1:10000,0.3:docs:shared:3:120000"
+TWO_LANE_MIX = "0.7:chat:chat:1:10000,0.3:docs:docs:3:120000"
+POLICIES = ["fifo", "sjf", "slack", "slack-oracle", "fair"]
+LOADS = [0.8, 0.9, 1.0, 2.0]
+WINDOW_S = 1200.0
 
 
 def _fmt(value: float | None, unit: str = "") -> str:
     return "—" if value is None else f"{value:.2f}{unit}"
 
 
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.1f}%"
+
+
+def _row(summary: Summary, rho: float, setup: str) -> str:
+    chat, docs = summary.tenants["chat"], summary.tenants["docs"]
+    return (
+        f"| {rho:g} ({summary.offered_rps:.1f} req/s) | {setup} | {_fmt(chat.ttft.p99)} "
+        f"| {_fmt(chat.e2e.p99)} | {_pct(chat.slo_attainment)} | {_fmt(docs.e2e.p99)} "
+        f"| {_pct(docs.slo_attainment)} |"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the comparison and print (or write) the Markdown table."""
+    """Run both set-ups at every load and print (or write) the Markdown table."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--write", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=Path("sim-out/policies"))
     args = parser.parse_args(argv)
-    requests = apply_mix(
-        window(load_workload(TRACE, max_tokens="pow2"), 0.0, 1200.0), parse_mix(MIX), seed=0
+    console = Console(stderr=True)
+    trace = window(load_workload(TRACE, max_tokens="pow2"), 0.0, WINDOW_S)
+    shared_config = load_config(SHARED, simulation=True)
+    shared = apply_mix(trace, parse_mix(SHARED_MIX), seed=0)
+    two_lanes = apply_mix(trace, parse_mix(TWO_LANE_MIX), seed=0)
+    model = shared_config.models[0].name
+    engine = preset(shared_config.simulation.preset)
+    capacity = measure_capacity(
+        shared_config.scheduler_spec(), model, shared, engine, shared_config.simulation.replicas
     )
-    result = run_comparison(
-        load_config(CONFIG, simulation=True), requests, POLICIES, out_dir=args.out, sweep=LOADS,
-        console=Console(stderr=True),
+    if capacity is None:
+        raise SystemExit("capacity could not be measured")
+    trace_rps = len(trace) / WINDOW_S
+    multipliers = {rho: rho * capacity.rps / trace_rps for rho in LOADS}
+    one = run_comparison(
+        shared_config, shared, POLICIES, out_dir=args.out / "shared",
+        sweep=list(multipliers.values()), console=console,
+    )  # fmt: skip
+    two = run_comparison(
+        load_config(TWO_LANES, simulation=True), two_lanes, ["config"],
+        out_dir=args.out / "two-lanes", sweep=list(multipliers.values()), console=console,
     )  # fmt: skip
     rows = [
-        "| load | policy | chat TTFT p99 (s) | chat e2e mean (s) | chat e2e p99 (s) "
-        "| chat SLO met | docs e2e p99 (s) | docs SLO met |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| ρ (offered) | set-up | chat TTFT p99 (s) | chat e2e p99 (s) | chat goodput "
+        "| docs e2e p99 (s) | docs goodput |",
+        "|---:|---|---:|---:|---:|---:|---:|",
     ]
-    order = {policy: i for i, policy in enumerate(POLICIES)}
-    ordered = sorted(result.sweep, key=lambda s: (s.rate_multiplier, order[s.label.split(" ×")[0]]))
-    for summary in ordered:
-        chat, docs = summary.tenants["chat"], summary.tenants["docs"]
-        policy = summary.label.split(" ×")[0]
-        rows.append(
-            f"| ×{summary.rate_multiplier:g} ({summary.offered_rps:.1f} req/s) | {policy} "
-            f"| {_fmt(chat.ttft.p99)} | {_fmt(chat.e2e.mean)} | {_fmt(chat.e2e.p99)} "
-            f"| {_fmt(100 * (chat.slo_attainment or 0), '%')} | {_fmt(docs.e2e.p99)} "
-            f"| {_fmt(100 * (docs.slo_attainment or 0), '%')} |"
-        )
+    for rho, k in multipliers.items():
+        for summary in one.sweep:
+            if summary.rate_multiplier == k:
+                rows.append(_row(summary, rho, f"one lane, `{summary.label.split(' ×')[0]}`"))
+        for summary in two.sweep:
+            if summary.rate_multiplier == k:
+                rows.append(_row(summary, rho, "two lanes (`slack` each)"))
     table = "\n".join(
         [
             "Command: `python benchmarks/policy_table.py --write docs/POLICIES.md` "
             "(trace: `data/traces/AzureLLMInferenceTrace_conv.csv`, first 20 minutes; "
-            f"config: `examples/simulate-shared-lane.yaml`; mix `{MIX}`; "
-            "client `max_tokens` = output rounded up to a power of two).",
+            f"one lane: `examples/simulate-shared-lane.yaml`, mix `{SHARED_MIX}`; "
+            f"two lanes: `examples/simulate-two-lanes.yaml`, mix `{TWO_LANE_MIX}`; "
+            "client `max_tokens` = output rounded up to a power of two). "
+            f"Capacity of the one-lane set-up on this workload: {capacity.rps:.2f} req/s "
+            f"(completions per second under backlog); ρ = offered ÷ capacity. "
+            "Goodput = requests completed within their deadline ÷ requests offered.",
             "",
             *rows,
         ]

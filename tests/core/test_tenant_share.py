@@ -221,19 +221,19 @@ def test_priority_tiers_give_back_only_from_tiers_four_and_five(
     assert sched.next_wakeup() == pytest.approx(2.0 + 3600.0)  # only quiet1's queue timeout
 
 
-def test_after_fraction_waits_for_progress(
+def test_after_fraction_lane_gives_slots_back_by_finishing(
     make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
 ) -> None:
-    """``after_fraction: 0.5``: no victim before half its ``max_tokens`` is generated; the
-    scheduler asks to be woken when one will be, and preempts then."""
+    """``after_fraction: 0.5``: a victim would lose at least half its work while waiting
+    for it costs at most the other half, so no share preemption, even past the fraction."""
     sched = share_lane(make_spec, make_lane, preemptible=AfterFraction(after_fraction=0.5))
     for i in range(4):
         sched.submit(make_ticket(f"noisy{i}", tenant="noisy", streaming=True), 0.0)
     out = sched.submit(make_ticket("quiet0", tenant="quiet"), 1.0)
     assert ids(out, Preempt) == []
-    assert sched.next_wakeup() is not None
     sched.progress(TicketId("noisy1"), 50)
-    assert ids(sched.tick(1.5), Preempt) == ["noisy1"]
+    assert ids(sched.tick(1.5), Preempt) == []
+    assert ids(sched.complete(TicketId("noisy1"), OK, 2.0), Admit) == ["quiet0"]
 
 
 def test_a_more_important_ticket_is_not_a_victim(

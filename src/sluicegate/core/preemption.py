@@ -153,7 +153,10 @@ def _share_preempt(
     eligibility times join ``wakeups``.
     """
     shares = lane.shares
-    if shares is None or lane.spec.preemptible == "never":
+    preemptible = lane.spec.preemptible
+    # A ticket preemptible only past a fraction of its output would lose that much work,
+    # while waiting for it costs only the rest: such a lane gives slots back by finishing.
+    if shares is None or preemptible == "never" or isinstance(preemptible, AfterFraction):
         return False
     fits = model.tokens_fit(head)
     if fits and model.lane_has_room(lane):
@@ -179,7 +182,7 @@ def _share_preempt(
     budget = model.token_budget or 0
     # Under priority tiers only the tiers preemptible at any time give slots back: a
     # priority 2–3 ticket past 80% would lose most of its work and ends soon anyway.
-    lowest = ALWAYS_FROM if lane.spec.preemptible == "priority" else head.ticket.priority
+    lowest = ALWAYS_FROM if preemptible == "priority" else head.ticket.priority
     candidates: list[Entry] = []
     fresh = False
     for victim in model.running_entries.values():
