@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mdsection import write_section
 from sluicegate.config import load_config
 from sluicegate.core.component_specs import AdaptiveSpec
 from sluicegate.core.spec import SchedulerSpec
@@ -134,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=1200.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help="120 s, two set-ups")
+    parser.add_argument("--write", type=Path, default=None, help="Markdown file to update")
     args = parser.parse_args(argv)
     duration = 120.0 if args.smoke else args.duration
     config = load_config(CONFIG, simulation=True)
@@ -169,16 +171,19 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {tpot_mean:.1f} | {tpot_p99:.1f} | {completed:.1%} | {noisy_done:.1%} "
                 f"| {ratio} |"
             )
-    print(
+    text = (
         f"Command: `python benchmarks/noisy_neighbour.py --duration {duration:g} "
         f"--seed {args.seed}` (tenants `{QUIET}` and `{NOISY}[{BURST}]`, "
         f"{duration:g} s, lengths from `data/traces/AzureLLMInferenceTrace_conv.csv`, "
         "`examples/simulate-noisy-neighbour.yaml` with the set-up's policy, lane and model "
         "slots, `preemptible`, `preempt_after_ms`, `adaptive: {mode: slo, tpot_ms, floor: 8}` "
         "and quiet's weight; preemptions requeue once, then abort). Latencies over the quiet "
-        "tenant's completed requests; ratio: its e2e p99 with bursts ÷ without.\n"
+        "tenant's completed requests; ratio: its e2e p99 with bursts ÷ without.\n\n"
+        + "\n".join(rows)
     )
-    print("\n".join(rows))
+    print(text)
+    if args.write is not None:
+        write_section(args.write, "noisy_neighbour", text)
     return 0
 
 

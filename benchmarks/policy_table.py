@@ -7,9 +7,10 @@ from a ``docs`` tenant (deadline 120 s), at offered loads ρ = offered rate ÷
 measured capacity (``sim/capacity.py``: completions per second under backlog
 of the one-lane configuration on this workload). Two set-ups at the same
 offered rates: one shared lane under each policy
-(``examples/simulate-shared-lane.yaml``), and chat and docs in lanes of their
-own (``examples/simulate-two-lanes.yaml``). Writes the Markdown table into
-docs/POLICIES.md.
+(``examples/simulate-shared-lane.yaml``), the same lane with ``slack`` and
+``shed_hopeless`` (``examples/simulate-shed-hopeless.yaml``), and chat and docs in
+lanes of their own, both shedding (``examples/simulate-two-lanes.yaml``). Writes
+the Markdown table into docs/POLICIES.md.
 
     python benchmarks/policy_table.py [--write docs/POLICIES.md]
 """
@@ -32,6 +33,7 @@ from sluicegate.sim.workloads import apply_mix, load_workload, parse_mix, window
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 SHARED = ROOT / "examples" / "simulate-shared-lane.yaml"
+SHEDDING = ROOT / "examples" / "simulate-shed-hopeless.yaml"
 TWO_LANES = ROOT / "examples" / "simulate-two-lanes.yaml"
 SHARED_MIX = "0.7:chat:shared:1:10000,0.3:docs:shared:3:120000"
 TWO_LANE_MIX = "0.7:chat:chat:1:10000,0.3:docs:docs:3:120000"
@@ -81,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         shared_config, shared, POLICIES, out_dir=args.out / "shared",
         sweep=list(multipliers.values()), console=console,
     )  # fmt: skip
+    shedding = run_comparison(
+        load_config(SHEDDING, simulation=True), shared, ["config"],
+        out_dir=args.out / "shed-hopeless", sweep=list(multipliers.values()), console=console,
+    )  # fmt: skip
     two = run_comparison(
         load_config(TWO_LANES, simulation=True), two_lanes, ["config"],
         out_dir=args.out / "two-lanes", sweep=list(multipliers.values()), console=console,
@@ -94,14 +100,18 @@ def main(argv: list[str] | None = None) -> int:
         for summary in one.sweep:
             if summary.rate_multiplier == k:
                 rows.append(_row(summary, rho, f"one lane, `{summary.label.split(' ×')[0]}`"))
+        for summary in shedding.sweep:
+            if summary.rate_multiplier == k:
+                rows.append(_row(summary, rho, "one lane, `slack` + `shed_hopeless`"))
         for summary in two.sweep:
             if summary.rate_multiplier == k:
-                rows.append(_row(summary, rho, "two lanes (`slack` each)"))
+                rows.append(_row(summary, rho, "two lanes, `slack` + `shed_hopeless` each"))
     table = "\n".join(
         [
             "Command: `python benchmarks/policy_table.py --write docs/POLICIES.md` "
             "(trace: `data/traces/AzureLLMInferenceTrace_conv.csv`, first 20 minutes; "
-            f"one lane: `examples/simulate-shared-lane.yaml`, mix `{SHARED_MIX}`; "
+            f"one lane: `examples/simulate-shared-lane.yaml` (with `shed_hopeless`: "
+            f"`examples/simulate-shed-hopeless.yaml`), mix `{SHARED_MIX}`; "
             f"two lanes: `examples/simulate-two-lanes.yaml`, mix `{TWO_LANE_MIX}`; "
             "client `max_tokens` = output rounded up to a power of two). "
             f"Capacity of the one-lane set-up on this workload: {capacity.rps:.2f} req/s "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from mdsection import write_section
 from sluicegate.config import load_config
 from sluicegate.core.spec import SchedulerSpec
 from sluicegate.engine import preset
@@ -70,6 +71,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rate-scale", type=float, default=4.5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--write", type=Path, default=None, help="Markdown file to update")
     args = parser.parse_args()
     config = load_config(CONFIG, simulation=True)
     options = WorkloadOptions(
@@ -100,8 +102,10 @@ def main() -> None:
     command = (
         f"python benchmarks/shed_goodput.py --rate-scale {args.rate_scale:g} --seed {args.seed}"
     )
-    print(f"`{command}` ({len(requests)} requests):\n")
-    print("\n".join(lines))
+    text = f"`{command}` ({len(requests)} requests):\n\n" + "\n".join(lines)
+    print(text)
+    if args.write is not None:
+        write_section(args.write, "shed_goodput", text)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from mdsection import write_section
 from sluicegate.config import Config, load_config
 from sluicegate.engine import preset
 from sluicegate.outcomes.record import RequestOutcome
@@ -155,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     """Measure and print the tables."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("sim-out/slo-batch"))
+    parser.add_argument("--write", type=Path, default=None, help="Markdown file to update")
     parser.add_argument("--load", type=float, default=0.9, help="ρ of the loaded rows")
     parser.add_argument(
         "--also",
@@ -200,7 +202,12 @@ def main(argv: list[str] | None = None) -> int:
             f"| {row.docs_within:.1f}% |"
         )
     lines += ["", "Commands:", "", *(f"- {row.name}: `{row.command}`" for row in rows)]
-    print("\n".join(lines))
+    text = "\n".join(
+        ["Command: `python benchmarks/slo_batch.py --write docs/POLICIES.md`.", "", *lines]
+    )
+    print(text)
+    if args.write is not None:
+        write_section(args.write, "slo_batch", text)
     return 0
 
 
