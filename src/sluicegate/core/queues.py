@@ -1,6 +1,7 @@
 """Lane queues, each able to tell the predicted work its policy runs before any entry.
 
-``HeapQueue`` orders one flow by a time-invariant key (fairness ``none``) in a
+``HeapQueue`` orders one flow by a time-invariant key (fairness ``none``): in a
+binary heap with lazy deletion, or, in lanes that need the start estimate, in a
 ``SortedWork`` (sorted blocks with sums of predicted service, O(log n) per
 operation plus a short block move). ``FairQueue`` (fairness ``vtc``) is two
 tiers: a fairness tier that picks the tenant with the smallest weighted virtual
@@ -88,20 +89,35 @@ class LaneQueue(Protocol):
     def __len__(self) -> int: ...
 
 
+_HeapItem = tuple[float | int | Entry, ...]
+
+
+def _live_item(item: _HeapItem) -> bool:
+    entry = item[-1]
+    return isinstance(entry, Entry) and item[-2] == entry.queue_gen
+
+
 class HeapQueue:
     """One flow ordered by ``key(entry)``, then submission order.
 
-    The name is historical: the items are a ``SortedWork`` (sorted blocks with
-    sums of predicted service), so an entry is removed at once rather than left
-    stale, and the work queued before any entry is known (``work_ahead``).
+    Two stores, chosen once, before the first push. By default a binary heap
+    with lazy deletion: items are ``key + (seq, queue_gen, entry)``, a removed
+    entry's item goes stale (its ``queue_gen`` moved on) and is skipped when it
+    reaches the top, and the heap is compacted when stale items dominate. A
+    queue told to ``track_work`` keeps a ``SortedWork`` instead (sorted blocks
+    with sums of predicted service; items ``key + (seq, entry)``, removed at
+    once), so the work queued before any entry is known (``work_ahead``); it
+    costs more per operation, so only lanes that need the estimate pay it.
     """
 
-    __slots__ = ("_items", "_key", "_running", "_track", "running_work")
+    __slots__ = ("_heap", "_items", "_key", "_live", "_running", "_track", "running_work")
 
     def __init__(self, key: KeyFn) -> None:
         self._key = key
         self._track = False
-        # Items are ``key + (seq, entry)``, flat: one tuple comparison per step.
+        # Flat items: one tuple comparison per heap step.
+        self._heap: list[_HeapItem] = []
+        self._live = 0
         self._items = SortedWork()
         self._running = RunningWork()
         self.running_work: Callable[[float], float] = self._running.remaining
@@ -113,37 +129,77 @@ class HeapQueue:
         return (*self._key(entry), entry.seq, entry) if item is None else item
 
     def push(self, entry: Entry) -> float:
-        """Add ``entry`` and return the work queued before it; its ``queue_gen`` marks this
-        push so stale expiry items are skipped."""
+        """Add ``entry``; its ``queue_gen`` marks this push so stale items are skipped.
+        Returns the work queued before it when tracking work, else 0."""
         entry.queue_gen += 1
+        if not self._track:
+            queued: _HeapItem = (*self._key(entry), entry.seq, entry.queue_gen, entry)
+            heapq.heappush(self._heap, queued)
+            self._live += 1
+            return 0.0
         item: Item = (*self._key(entry), entry.seq, entry)
         entry.queue_item = item
-        return self._items.add(item, entry.service_s, self._track)
+        return self._items.add(item, entry.service_s, True)
 
     def track_work(self) -> None:
-        """Measure the work before each push and count running work."""
+        """Keep a ``SortedWork`` from now on: measure the work before each push and count
+        running work. Only before the first push.
+
+        Raises:
+            ValueError: the queue already holds entries.
+        """
+        if self._live or self._items.size:
+            raise ValueError("track_work must be called before the first push")
         self._track = True
+
+    def _prune(self) -> None:
+        heap = self._heap
+        while heap:
+            item = heap[0]
+            entry = item[-1]
+            assert isinstance(entry, Entry)
+            if item[-2] == entry.queue_gen:
+                return
+            heapq.heappop(heap)
 
     def peek(self) -> Entry | None:
         """The entry with the smallest key."""
-        blocks = self._items.blocks
-        if not blocks:
-            return None
-        entry = blocks[0][0][-1]
+        if not self._track:
+            self._prune()
+            if not self._heap:
+                return None
+            entry = self._heap[0][-1]
+        else:
+            blocks = self._items.blocks
+            if not blocks:
+                return None
+            entry = blocks[0][0][-1]
         assert isinstance(entry, Entry)
         return entry
 
     def pop(self) -> Entry:
         """Remove and return the entry with the smallest key."""
-        entry = self._items.pop_first()[-1]
+        if not self._track:
+            self._prune()
+            entry = heapq.heappop(self._heap)[-1]
+            self._live -= 1
+        else:
+            # ``queue_item`` is left stale: only a queued or new entry's item is ever read,
+            # and the next push replaces it.
+            entry = self._items.pop_first()[-1]
         assert isinstance(entry, Entry)
         entry.queue_gen += 1
-        # ``queue_item`` is left stale: only a queued or new entry's item is ever read,
-        # and the next push replaces it.
         return entry
 
     def remove(self, entry: Entry) -> None:
-        """Take ``entry`` out; ``KeyError`` if it is not queued here."""
+        """Take ``entry`` out; when tracking, ``KeyError`` if it is not queued here."""
+        if not self._track:
+            entry.queue_gen += 1
+            self._live -= 1
+            if len(self._heap) > 2 * self._live + 64:
+                self._heap = [item for item in self._heap if _live_item(item)]
+                heapq.heapify(self._heap)
+            return
         self._items.discard(self._item(entry))
         entry.queue_gen += 1
         entry.queue_item = None
@@ -163,16 +219,22 @@ class HeapQueue:
         return None
 
     def work_ahead(self, entry: Entry) -> float:
-        """Predicted service of the queued entries with a smaller (key, seq) than ``entry``."""
+        """Predicted service of the queued entries with a smaller (key, seq) than ``entry``.
+
+        Raises:
+            ValueError: the queue does not track work (``track_work`` was not called).
+        """
+        if not self._track:
+            raise ValueError("this queue does not track work: call track_work first")
         return self._items.work_before(self._item(entry))
 
     @property
     def total_work(self) -> float:
-        """Predicted service of every queued entry."""
+        """Predicted service of every queued entry (0 unless tracking work)."""
         return self._items.total
 
     def __len__(self) -> int:
-        return self._items.size
+        return self._items.size if self._track else self._live
 
 
 class FairQueue:
