@@ -190,16 +190,15 @@ def test_no_preemption_where_the_lane_forbids_it(
     make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory, preemptible: str
 ) -> None:
     """``never`` (and ``priority`` for priority-2 tickets without progress): quiet waits for
-    natural completions. Give-back by admission is then the vtc queue's: here noisy's
-    counter, corrected down by a short answer, lets noisy4 in first (a known gap: shares do
-    not yet steer admission), and quiet runs at the next completion."""
+    a natural completion, and then takes the slot although noisy's counter, corrected
+    down by a short answer, is the smaller: shares steer admission."""
     sched = share_lane(make_spec, make_lane, preemptible=preemptible)
     fill(sched, make_ticket, "noisy", 4, 0.0)
     sched.submit(make_ticket("noisy4", tenant="noisy"), 0.5)
     out = sched.submit(make_ticket("quiet0", tenant="quiet"), 1.0)
     assert ids(out, Preempt) == []
-    assert ids(sched.complete(TicketId("noisy0"), OK, 2.0), Admit) == ["noisy4"]
-    assert ids(sched.complete(TicketId("noisy1"), OK, 2.5), Admit) == ["quiet0"]
+    assert ids(sched.complete(TicketId("noisy0"), OK, 2.0), Admit) == ["quiet0"]
+    assert ids(sched.complete(TicketId("noisy1"), OK, 2.5), Admit) == ["noisy4"]
 
 
 def test_priority_tiers_give_back_only_from_tiers_four_and_five(
@@ -276,3 +275,23 @@ def test_a_victim_admitted_this_instant_is_spared(
     sched = share_lane(make_spec, make_lane)
     fill(sched, make_ticket, "noisy", 4, 1.0)
     assert ids(sched.submit(make_ticket("quiet0", tenant="quiet"), 1.0), Preempt) == []
+
+
+def test_admission_gives_a_free_slot_to_the_tenant_under_its_share(
+    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
+) -> None:
+    """A freed slot goes to a waiting tenant under its share, even when the tenant over its
+    share has the smaller fair-share counter (the VTC order alone would pick it); nothing is
+    preempted (``never``). Once both hold their share, the counter decides again."""
+    sched = share_lane(make_spec, make_lane, preemptible="never")
+    sched.submit(make_ticket("big", tenant="quiet"), 0.0)
+    sched.complete(TicketId("big"), Usage(prompt_tokens=100, completion_tokens=5000), 0.5)
+    fill(sched, make_ticket, "noisy", 4, 1.0)
+    for i in (4, 5):
+        sched.submit(make_ticket(f"noisy{i}", tenant="noisy"), 1.0)
+    sched.submit(make_ticket("quiet0", tenant="quiet"), 2.0)
+    sched.submit(make_ticket("quiet1", tenant="quiet"), 2.0)
+    assert sched.counter("m", "main", "quiet") > sched.counter("m", "main", "noisy")
+    assert ids(sched.complete(TicketId("noisy0"), OK, 3.0), Admit) == ["quiet0"]
+    assert ids(sched.complete(TicketId("noisy1"), OK, 3.1), Admit) == ["quiet1"]
+    assert ids(sched.complete(TicketId("noisy2"), OK, 3.2), Admit) == ["noisy4"]

@@ -11,7 +11,8 @@ backend is available, admission stops for the model.
 from __future__ import annotations
 
 from sluicegate.core.decisions import Admit, Decision, Reserve
-from sluicegate.core.entry import State
+from sluicegate.core.entry import Entry, State
+from sluicegate.core.queues import FairQueue
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
 
 
@@ -57,12 +58,20 @@ def _admit_lane(
         elif lane.own >= lane.cap:
             return True
         head = queue.peek()
-        if head is None or not model.tokens_fit(head):
+        if head is None:
+            return True
+        first = head
+        if lane.shares is not None and isinstance(queue, FairQueue):
+            head = _under_share_head(model, lane, queue, head)
+        if not model.tokens_fit(head):
             return True
         backend = model.router.choose(head.ticket, head.service_s, model.backends, now)
         if backend is None:
             return False
-        queue.pop()
+        if head is first:
+            queue.pop()
+        else:
+            queue.remove(head)
         model.occupy(lane, head, backend, borrowing, now)
         ticket = head.ticket
         if reserve:
@@ -72,3 +81,27 @@ def _admit_lane(
             head.state = State.RUNNING
             out.append(Admit(ticket, backend.spec.name, now - ticket.arrival))
     return True
+
+
+SHARE_STEERING_TENANTS = 16
+"""Admission looks past the least-served tenant for one under its slot share only while at
+most this many tenants wait: each look is O(waiting tenants), and with more tenants than
+that the shares are a slot or less each, where the VTC order is what divides the slots."""
+
+
+def _under_share_head(
+    model: ModelRuntime, lane: LaneRuntime, queue: FairQueue, head: Entry
+) -> Entry:
+    """``head``, unless its tenant is at its share of the lane's slots while another
+    backlogged tenant is under its own: then that tenant's head (the least served of
+    them). The slot goes where a give-back would send it, without stopping anything."""
+    shares = lane.shares
+    assert shares is not None
+    slots = min(lane.cap, model.cap())
+    tenant = head.ticket.tenant
+    if queue.backlogged > SHARE_STEERING_TENANTS or not shares.may_be_at_share(tenant, slots):
+        return head
+    other = queue.peek_among(
+        lambda t: t != tenant and shares.under_share(t, slots) and shares.at_share(tenant, t, slots)
+    )
+    return head if other is None else other

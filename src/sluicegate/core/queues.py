@@ -261,6 +261,7 @@ class FairQueue:
         "_track",
         "_versions",
         "_weights",
+        "backlogged",
         "running_work",
     )
 
@@ -273,6 +274,8 @@ class FairQueue:
         self._heap: list[tuple[float, int, str]] = []
         self._frontier = 0.0
         self._live = 0
+        self.backlogged = 0
+        """Tenants with queued entries."""
         self._queued_work = 0.0
         self._backlog_weight = 0.0
         self._track = False
@@ -322,6 +325,7 @@ class FairQueue:
             own = sub.push(entry)
             self._advertise(tenant)
             self._backlog_weight += weight
+            self.backlogged += 1
         else:
             own = sub.push(entry)
         self._live += 1
@@ -353,6 +357,8 @@ class FairQueue:
     def _left(self, entry: Entry, sub: HeapQueue) -> None:
         """``entry`` left ``sub`` (popped or removed): the lane's totals follow."""
         self._live -= 1
+        if not len(sub):
+            self.backlogged -= 1
         if not self._live:
             self._queued_work = self._backlog_weight = 0.0
             return
@@ -364,6 +370,20 @@ class FairQueue:
         """The head of the least-served backlogged tenant."""
         tenant = self._min_backlogged()
         return None if tenant is None else self._subs[tenant].peek()
+
+    def peek_among(self, accept: Callable[[str], bool]) -> Entry | None:
+        """The head of the least-served backlogged tenant that ``accept`` takes, or ``None``.
+
+        O(tenants): for the rare admission that passes over the least-served tenant.
+        """
+        best: str | None = None
+        best_counter = 0.0
+        for tenant, sub in self._subs.items():
+            if len(sub) and accept(tenant):
+                counter = self._counters.get(tenant, 0.0)
+                if best is None or counter < best_counter:
+                    best, best_counter = tenant, counter
+        return None if best is None else self._subs[best].peek()
 
     def pop(self) -> Entry:
         """Remove and return the head of the least-served backlogged tenant."""

@@ -6,11 +6,12 @@ later waits for them to finish. So each *active* tenant of a ``vtc`` lane
 (running in it, or at the head of its queue) is owed a weighted share of the
 lane's slots, ``slots × w_t / Σ_active w``, with ``slots`` the lane's cap
 bounded by the model's effective cap. Shares are work-conserving: a tenant may
-run above its share while no tenant under its share waits. When the lane's
-waiting head belongs to a tenant under its share and cannot be admitted,
-``preemption.preempt_for_blocked`` stops the newest ticket of the tenant most
-over its share (when the victim's lane ``preemptible`` allows it), so the
-slot goes back at once.
+run above its share while no tenant under its share waits. A freed slot goes
+to a waiting tenant under its share before one at its share (``admission``);
+and when the lane's waiting head belongs to a tenant under its share and cannot
+be admitted, ``preemption.preempt_for_blocked`` stops the newest ticket of the
+tenant most over its share (when the victim's lane ``preemptible`` allows it),
+so the slot goes back at once.
 
 Only slots are shared, not the model's in-flight token budget: the budget is a
 KV-cache safety bound the engine rarely reaches (§5), and a victim is only
@@ -31,10 +32,11 @@ class TenantSlots:
         running_weight: the sum of the weights of the tenants in ``running``.
     """
 
-    __slots__ = ("_weights", "running", "running_weight")
+    __slots__ = ("_max_weight", "_weights", "running", "running_weight")
 
     def __init__(self, weights: Mapping[str, float]) -> None:
         self._weights = weights
+        self._max_weight = max(1.0, *weights.values()) if weights else 1.0
         self.running: dict[str, int] = {}
         self.running_weight = 0.0
 
@@ -60,6 +62,27 @@ class TenantSlots:
                 self.running_weight = 0.0
         else:
             self.running[tenant] = count
+
+    def may_be_at_share(self, tenant: str, slots: int) -> bool:
+        """Whether ``tenant`` could run its share of ``slots`` with some other tenant active:
+        a cheap necessary condition for ``at_share`` (with the heaviest weight any tenant
+        may have), so admission looks for another tenant only when it can matter."""
+        count = self.running.get(tenant, 0)
+        if not count:
+            return False
+        total = self.running_weight + self._max_weight
+        return count * total >= slots * self.weight(tenant)
+
+    def at_share(self, tenant: str, waiting: str, slots: int) -> bool:
+        """Whether ``tenant`` already runs its share of ``slots`` while ``waiting`` is active.
+
+        The active tenants are the running ones plus ``tenant`` and ``waiting``.
+        """
+        total = self.running_weight
+        for name in (tenant, waiting):
+            if name not in self.running:
+                total += self.weight(name)
+        return self.running.get(tenant, 0) * total >= slots * self.weight(tenant)
 
     def under_share(self, tenant: str, slots: int) -> bool:
         """Whether ``tenant``, waiting, may take one more slot and stay within its share.
