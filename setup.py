@@ -21,6 +21,7 @@ COMPILED = [
         "decisions.py",
         "entry.py",
         "estimate.py",
+        "fair_queue.py",
         "predictor.py",
         "preemption.py",
         "queues.py",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from sluicegate.core.decisions import Admit, Decision, Reserve
 from sluicegate.core.entry import Entry, State
-from sluicegate.core.queues import FairQueue
+from sluicegate.core.fair_queue import FairQueue
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
 
 

@@ -36,7 +36,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from sluicegate.core.queues import VTC_INPUT_WEIGHT, VTC_OUTPUT_WEIGHT
+from sluicegate.core.fair_queue import VTC_INPUT_WEIGHT, VTC_OUTPUT_WEIGHT
 from sluicegate.outcomes import COMPLETED, OutcomeStats, RequestOutcome
 from sluicegate.sim.result import PREEMPTED, SimResult
 

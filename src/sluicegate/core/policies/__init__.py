@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sluicegate.core.fair_queue import FairQueue
 from sluicegate.core.policies.base import FairnessFactory, Ordering, single_flow
 from sluicegate.core.policies.fifo import FifoOrdering
 from sluicegate.core.policies.oracle import OracleOrdering
@@ -18,7 +19,7 @@ from sluicegate.core.policies.priority import PriorityOrdering
 from sluicegate.core.policies.sjf import ShortestJobOrdering
 from sluicegate.core.policies.slack import SlackOrdering
 from sluicegate.core.policies.slack_oracle import SlackOracleOrdering
-from sluicegate.core.queues import FairQueue, LaneQueue
+from sluicegate.core.queues import LaneQueue
 from sluicegate.core.registry import Registry
 
 __all__ = [
