@@ -206,8 +206,8 @@ def test_queue_work_ahead_follows_the_policy(
 
 
 def test_queues_that_do_not_track_work_skip_it() -> None:
-    """Without ``track_work`` a push reports 0 and no running work is counted; the same
-    queue tracking work reports the work before the new entry."""
+    """Without ``track_work`` a queue refuses ``work_ahead`` and counts no running work; the
+    same queue tracking work reports the work before a new entry."""
     for track in (False, True):
         queue = make_queue("fifo", "none", aging=1.0, weights={})
         if track:
@@ -217,8 +217,16 @@ def test_queues_that_do_not_track_work_skip_it() -> None:
         queue.push(running)
         assert queue.pop() is not running
         queue.on_admit(queue.pop())
-        assert queue.push(_entry(3, 1.0)) == 0.0
-        assert queue.push(_entry(4, 1.0)) == (1.0 if track else 0.0)
+        third, fourth = _entry(3, 1.0), _entry(4, 1.0)
+        if track:
+            assert queue.work_ahead(third) == 0.0
+        queue.push(third)
+        if track:
+            assert queue.work_ahead(fourth) == 1.0
+        else:
+            with pytest.raises(ValueError, match="track_work"):
+                queue.work_ahead(fourth)
+        queue.push(fourth)
         assert queue.running_work(0.0) == (5.0 if track else 0.0)
 
 

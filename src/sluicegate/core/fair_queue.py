@@ -90,36 +90,26 @@ class FairQueue:
             ]
             heapq.heapify(self._heap)
 
-    def push(self, entry: Entry) -> float:
-        """Queue ``entry`` under its tenant, lifting the tenant's counter if it was idle;
-        return its ``work_ahead``."""
+    def push(self, entry: Entry) -> None:
+        """Queue ``entry`` under its tenant, lifting the tenant's counter if it was idle."""
         tenant = entry.ticket.tenant
         sub = self._subs.get(tenant)
         if sub is None:
             sub = self._subs[tenant] = HeapQueue(self._key)
             if self._track:
                 sub.track_work()
-        weight = self._weights.get(tenant, 1.0)
         if len(sub) == 0:
             leader = self._min_backlogged()
             floor = self._counters[leader] if leader is not None else self._frontier
             self._counters[tenant] = max(self._counters.get(tenant, 0.0), floor)
-            own = sub.push(entry)
+            sub.push(entry)
             self._advertise(tenant)
-            self._backlog_weight += weight
+            self._backlog_weight += self._weights.get(tenant, 1.0)
             self.backlogged += 1
         else:
-            own = sub.push(entry)
+            sub.push(entry)
         self._live += 1
         self._queued_work += entry.service_s
-        if not self._track:
-            return 0.0
-        # ``_gps`` inlined (the hot path); ``sub`` now holds ``entry``.
-        others = self._queued_work - sub.total_work
-        share = (own + entry.service_s) / weight * (self._backlog_weight - weight)
-        if others < share:
-            share = others
-        return own + share if share > 0.0 else own
 
     def _gps(self, sub: HeapQueue | None, weight: float, own: float, service_s: float) -> float:
         """``own`` plus the other tenants' GPS share while ``own + service_s`` is served."""
@@ -217,7 +207,7 @@ class FairQueue:
         """Charge the prompt and the predicted output to the tenant's counter."""
         tenant = entry.ticket.tenant
         if self._track:
-            self._running.fresh.append(entry)
+            self._running.add(entry)
         self._frontier = self._counters.get(tenant, 0.0)
         self._charge(
             tenant,

@@ -39,9 +39,8 @@ class LaneQueue(Protocol):
         first push). Queues that are not told skip that bookkeeping."""
         ...
 
-    def push(self, entry: Entry) -> float:
-        """Add a queued entry; when tracking work, return ``work_ahead(entry)`` as it stands
-        after the push (else 0)."""
+    def push(self, entry: Entry) -> None:
+        """Add a queued entry."""
         ...
 
     def peek(self) -> Entry | None:
@@ -122,18 +121,17 @@ class HeapQueue:
         item = entry.queue_item
         return (*self._key(entry), entry.seq, entry) if item is None else item
 
-    def push(self, entry: Entry) -> float:
-        """Add ``entry``; its ``queue_gen`` marks this push so stale items are skipped.
-        Returns the work queued before it when tracking work, else 0."""
+    def push(self, entry: Entry) -> None:
+        """Add ``entry``; its ``queue_gen`` marks this push so stale items are skipped."""
         entry.queue_gen += 1
         if not self._track:
             queued: _HeapItem = (*self._key(entry), entry.seq, entry.queue_gen, entry)
             heapq.heappush(self._heap, queued)
             self._live += 1
-            return 0.0
+            return
         item: Item = (*self._key(entry), entry.seq, entry)
         entry.queue_item = item
-        return self._items.add(item, entry.service_s, True)
+        self._items.add(item, entry.service_s)
 
     def track_work(self) -> None:
         """Keep a ``SortedWork`` from now on: measure the work before each push and count
@@ -164,10 +162,10 @@ class HeapQueue:
                 return None
             entry = self._heap[0][-1]
         else:
-            blocks = self._items.blocks
-            if not blocks:
+            first = self._items.first()
+            if first is None:
                 return None
-            entry = blocks[0][0][-1]
+            entry = first[-1]
         assert isinstance(entry, Entry)
         return entry
 
@@ -201,7 +199,7 @@ class HeapQueue:
     def on_admit(self, entry: Entry) -> None:
         """Count ``entry``'s predicted work as running (no fair-share accounting)."""
         if self._track:
-            self._running.fresh.append(entry)
+            self._running.add(entry)
 
     def on_finish(self, entry: Entry, prompt_tokens: int, completion_tokens: int) -> None:
         """``entry``'s work no longer runs (no fair-share accounting)."""

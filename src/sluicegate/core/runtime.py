@@ -165,13 +165,19 @@ class ModelRuntime:
             return False
         return lane.own < lane.cap or (lane.spec.borrow and self.lendable() > 0)
 
-    def drain_estimate_s(self, lane: LaneRuntime) -> float:
-        """Time for ``lane``'s queue (plus one) to drain at the lane's observed service rate."""
+    def lane_slots(self, lane: LaneRuntime) -> int:
+        """``lane``'s effective concurrency, at least 1: its cap, the model's effective cap
+        (with the adaptive limit) and the backends' summed caps when every backend is
+        capped. Borrowed capacity is not counted."""
         slots = min(lane.cap, self.cap())
         if self.backend_slots is not None:
             slots = min(slots, self.backend_slots)
-        slots = max(1, slots)
-        return (len(lane.queue) + 1) * self.predictor.mean_service_s(lane.spec.name) / slots
+        return max(1, slots)
+
+    def drain_estimate_s(self, lane: LaneRuntime) -> float:
+        """Time for ``lane``'s queue (plus one) to drain at the lane's observed service rate."""
+        mean_s = self.predictor.mean_service_s(lane.spec.name)
+        return (len(lane.queue) + 1) * mean_s / self.lane_slots(lane)
 
     def occupy(
         self, lane: LaneRuntime, entry: Entry, backend: BackendState, borrowing: bool, now: float

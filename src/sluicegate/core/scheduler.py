@@ -29,7 +29,7 @@ from sluicegate.core.admission import admit_waiting
 from sluicegate.core.decisions import Admit, Decision, ErrorCode, Expire, Queued, Reject
 from sluicegate.core.entry import Entry, State
 from sluicegate.core.errors import UnknownModelError
-from sluicegate.core.estimate import queued_wait_s, start_estimate
+from sluicegate.core.estimate import start_estimate
 from sluicegate.core.limits.feedback import report_outcome
 from sluicegate.core.preemption import preempt_for_blocked
 from sluicegate.core.ratelimit import TenantRateLimiter
@@ -89,8 +89,11 @@ class Scheduler:
             self._rate.refund(ticket.tenant, entry.charged_tokens, now)
             # Not the ticket's own start estimate: a full queue refills as fast as it
             # drains under overload, so a retry helps only once the whole lane drained.
-            wait = model.drain_estimate_s(lane)
-            return [self._reject(ticket, 429, ErrorCode.QUEUE_FULL, wait, "queue is full")]
+            drain = model.drain_estimate_s(lane)
+            return [self._reject(ticket, 429, ErrorCode.QUEUE_FULL, drain, "queue is full")]
+        # The start estimate, in lanes that keep it: what sheds, and what ``Queued`` reports
+        # (a dispatch only moves work ahead of the ticket from queued to running).
+        wait: float | None = None
         if lane.spec.shed_hopeless:
             wait = start_estimate(model, lane, entry, now)
             if now + wait + entry.service_s > entry.deadline:
@@ -99,16 +102,15 @@ class Scheduler:
                 return [self._reject(ticket, 503, ErrorCode.OVERLOADED, wait, message)]
         self._entries[ticket.id] = entry
         head_before = queue.peek()
-        ahead = self._enqueue(lane, entry, now)
-        queued = len(queue)
+        self._enqueue(lane, entry, now)
         if head_before is not None and model.running >= model.cap() and queue.peek() is head_before:
             # Nothing can be admitted and the lane's head is unchanged, so neither
             # admission nor preemption has anything new to decide.
-            return [Queued(ticket, queued_wait_s(model, lane, entry, ahead, queued, now))]
+            return [Queued(ticket, wait)]
         out: list[Decision] = []
         self._dispatch(model, now, out)
         if entry.state is State.QUEUED:
-            return [Queued(ticket, queued_wait_s(model, lane, entry, ahead, queued, now)), *out]
+            return [Queued(ticket, wait), *out]
         return out
 
     def complete(
@@ -350,13 +352,11 @@ class Scheduler:
             charged_tokens=ticket.prompt_tokens + ticket.max_tokens,
         )
 
-    def _enqueue(self, lane: LaneRuntime, entry: Entry, now: float) -> float:
-        """Queue ``entry``; return the work queued before it."""
+    def _enqueue(self, lane: LaneRuntime, entry: Entry, now: float) -> None:
         entry.state = State.QUEUED
         entry.enqueued_at = now
-        ahead = lane.queue.push(entry)
+        lane.queue.push(entry)
         heapq.heappush(self._expiry, (entry.expire_at, entry.seq, entry.queue_gen, entry))
-        return ahead
 
     def _reject(
         self, ticket: Ticket, status: int, code: ErrorCode, wait_s: float, message: str

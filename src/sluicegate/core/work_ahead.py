@@ -61,44 +61,27 @@ class SortedWork:
         blocks = self.blocks
         return blocks[0][0] if blocks else None
 
-    def add(self, item: Item, work: float, measure: bool = True) -> float:
-        """Insert ``item`` with ``work``; return the work of the items before it (0 unless
-        ``measure``: the sums are skipped)."""
+    def add(self, item: Item, work: float) -> None:
+        """Insert ``item`` with ``work``."""
         maxes = self._maxes
-        count = len(maxes)
         self.size += 1
-        if not count:
-            self.total = work
+        self.total += work
+        if not maxes:
             self.blocks.append([item])
             self._works.append([work])
             self._sums.append(work)
             maxes.append(item)
-            return 0.0
-        i = bisect_left(maxes, item)
-        if i == count:
-            i -= 1
+            return
+        i = min(bisect_left(maxes, item), len(maxes) - 1)
         block = self.blocks[i]
         j = bisect_left(block, item)
-        sums = self._sums
-        works = self._works[i]
-        total = self.total
-        before = 0.0
-        if measure:
-            # The work before (i, j), from the nearer end (``_before``, inlined: hot path).
-            before = sum(sums[:i], 0.0) if 2 * i <= count else total - sum(sums[i:], 0.0)
-            if 2 * j <= len(works):
-                before += sum(works[:j], 0.0)
-            else:
-                before += sums[i] - sum(works[j:], 0.0)
         block.insert(j, item)
-        works.insert(j, work)
-        sums[i] += work
-        self.total = total + work
+        self._works[i].insert(j, work)
+        self._sums[i] += work
         if j == len(block) - 1:
             maxes[i] = item
         if len(block) > MAX_BLOCK:
             self._split(i)
-        return before if before > 0.0 else 0.0
 
     def _before(self, i: int, j: int, count: int) -> float:
         """The work before position ``j`` of block ``i`` (of ``count``), from the nearer end."""
@@ -148,20 +131,10 @@ class SortedWork:
 
     def pop_first(self) -> Item:
         """Remove and return the smallest item; ``IndexError`` when empty."""
-        blocks = self.blocks
-        if not blocks:
+        if not self.blocks:
             raise IndexError("pop from an empty queue")
-        block = blocks[0]
-        item = block[0]
-        if len(block) == 1:
-            self._delete(0, 0)
-            return item
-        # ``_delete(0, 0)`` inlined for the common case: the block stays.
-        del block[0]
-        work = self._works[0].pop(0)
-        self.size -= 1
-        self._sums[0] -= work
-        self.total -= work
+        item = self.blocks[0][0]
+        self._delete(0, 0)
         return item
 
     def discard(self, item: Item) -> None:
@@ -199,7 +172,7 @@ class RunningWork:
 
     def __init__(self) -> None:
         self.fresh: list[Entry] = []
-        """Admitted entries not yet read (``add`` appends; a caller may append directly)."""
+        """Admitted entries not yet read (``add`` appends them)."""
         self._ends: list[tuple[float, int, Entry]] = []
         self._sum = 0.0
         self._count = 0
@@ -222,18 +195,8 @@ class RunningWork:
 
     def discard(self, entry: Entry) -> None:
         """``entry`` left its slot."""
-        fresh = self.fresh
-        if fresh:
-            if len(fresh) == 1:
-                # ``_settle`` inlined for the usual single admission (the hot path).
-                other = fresh.pop()
-                end = other.admitted_at + other.service_s
-                other.run_end = end
-                self._sum += end
-                self._count += 1
-                heapq.heappush(self._ends, (end, other.seq, other))
-            else:
-                self._settle()
+        if self.fresh:
+            self._settle()
         end = entry.run_end
         if end == end:  # not NaN: still counted
             entry.run_end = math.nan
