@@ -22,6 +22,7 @@ COMPILED = [
         "entry.py",
         "estimate.py",
         "fair_queue.py",
+        "intake.py",
         "predictor.py",
         "preemption.py",
         "queues.py",

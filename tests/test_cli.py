@@ -52,10 +52,10 @@ def test_plan_infeasible_is_a_clear_error(tmp_path: Path) -> None:
     assert result.exit_code == 1
 
 
-REDIS_STORE = "models: [{name: m}]\nstore: redis://cache:6379/0\n"
+UNKNOWN_STORE = "models: [{name: m}]\nstore: sqlite:///state.db\n"
 ORACLE_POLICY = "models:\n  - name: m\n    lanes:\n      - {name: interactive, policy: %s}\n"
 REFUSED = [
-    pytest.param(REDIS_STORE, ("store (line 2)", "distributed mode"), id="redis-store"),
+    pytest.param(UNKNOWN_STORE, ("store (line 2)", "Redis or Valkey"), id="unknown-store"),
     pytest.param(
         ORACLE_POLICY % "oracle",
         ("models[0].lanes[0].policy (line 4)", "'oracle' is simulation-only"),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sluicegate.config import ConfigError, load_config, parse_config
+from sluicegate.config import ConfigError, load_config, parse_config, redacted_store
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "sluicegate.yaml"
 
@@ -69,24 +69,72 @@ def test_missing_file(tmp_path: Path) -> None:
         load_config(tmp_path / "nope.yaml")
 
 
-@pytest.mark.parametrize("store", ["redis://:hunter2@cache:6379/0", "rediss://cache/0", "sqlite"])
-def test_store_other_than_memory_is_refused(store: str) -> None:
-    """Distributed mode does not exist: any store but ``memory`` is an error naming the field
-    and its line, saying why, and never echoing the URL (it may hold a password)."""
+@pytest.mark.parametrize("store", ["sqlite", "http://:hunter2@cache:6379/0", "rediz://cache"])
+def test_unknown_store_is_refused(store: str) -> None:
+    """A store that is neither ``memory`` nor a Redis URL is an error naming the field and its
+    line, saying what is accepted, and never echoing the value (it may hold a password)."""
     text = f'models: [{{name: m}}]\nstore: "{store}"\n'
     with pytest.raises(ConfigError) as info:
         parse_config(text)
     message = str(info.value)
     assert "store (line 2)" in message
-    assert "distributed mode" in message
-    assert "not available yet" in message
+    assert "'redis://', 'rediss://', 'unix://'" in message
     assert store not in message
 
 
+@pytest.mark.parametrize(
+    "store", ["redis://:hunter2@cache:6379/0", "rediss://cache/0", "unix:///run/redis.sock"]
+)
+def test_redis_store_urls_are_accepted(store: str) -> None:
+    """Redis (and Valkey) URLs select distributed mode, with the ``distributed:`` defaults."""
+    config = parse_config(f'models: [{{name: m}}]\nstore: "{store}"\n')
+    assert config.shared_store
+    assert config.distributed_settings.on_store_failure == "fail_open"
+    assert config.distributed_settings.lease_ttl_s == 5.0
+
+
 def test_memory_store_is_accepted() -> None:
-    """``store: memory``, written or left out, is the one store there is."""
+    """``store: memory``, written or left out, keeps state in the one gateway process."""
     assert parse_config("models: [{name: m}]\nstore: memory\n").store == "memory"
-    assert parse_config("models: [{name: m}]\n").store == "memory"
+    config = parse_config("models: [{name: m}]\n")
+    assert config.store == "memory"
+    assert not config.shared_store
+
+
+def test_distributed_settings_need_a_shared_store() -> None:
+    """A ``distributed:`` block with the memory store would do nothing: it is refused."""
+    with pytest.raises(ConfigError, match="distributed: is set but store is 'memory'"):
+        parse_config("models: [{name: m}]\ndistributed: {on_store_failure: fail_closed}\n")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "complaint"),
+    [
+        ("on_store_failure", "fail_maybe", "fail_open"),
+        ("lease_ttl_s", "0.1", "greater than or equal to 0.5"),
+        ("timeout_ms", "0", "greater than 0"),
+        ("replica_id", "'gw|1'", "pattern"),
+        ("key_prefix", "'a b'", "pattern"),
+        ("lease_s", "5", "Extra inputs are not permitted"),
+    ],
+)
+def test_bad_distributed_settings_name_field_and_line(
+    field: str, value: str, complaint: str
+) -> None:
+    """Each ``distributed:`` setting is checked; the error names it and its line."""
+    text = f"models: [{{name: m}}]\nstore: redis://r:6379/0\ndistributed:\n  {field}: {value}\n"
+    with pytest.raises(ConfigError) as info:
+        parse_config(text)
+    message = str(info.value)
+    assert f"distributed.{field} (line 4)" in message
+    assert complaint in message
+
+
+def test_redacted_store_drops_the_credentials() -> None:
+    """What ``check-config`` prints of a store URL has no user name or password."""
+    assert redacted_store("redis://admin:hunter2@cache:6380/2") == "redis://cache:6380/2"
+    assert redacted_store("rediss://:pw@cache/0") == "rediss://cache/0"
+    assert redacted_store("memory") == "memory"
 
 
 ORACLE_LANE = "models:\n  - name: m\n    lanes:\n      - {name: a}\n      - {name: b, policy: %s}\n"

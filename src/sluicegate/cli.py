@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from sluicegate.config import ConfigError, load_config
+from sluicegate.config import ConfigError, load_config, redacted_store
+from sluicegate.store.errors import StoreUnavailableError
 
 app = typer.Typer(
     help="Admission control and scheduling gateway for OpenAI-compatible LLM engines.",
@@ -23,6 +25,9 @@ err = Console(stderr=True)
 @app.command("check-config")
 def check_config(
     path: Annotated[Path, typer.Argument(help="YAML configuration file")],
+    connect: Annotated[
+        bool, typer.Option("--connect", help="also check the shared store answers (redis://)")
+    ] = False,
 ) -> None:
     """Validate a configuration file; exit 1 with every bad field and its line."""
     try:
@@ -36,7 +41,19 @@ def check_config(
             f"model [bold]{model.name}[/bold]: {len(model.backends)} backend(s), "
             f"router {model.router}, lanes {lanes}"
         )
-    console.print(f"{len(config.tenants)} tenant(s); store {config.store}")
+    console.print(f"{len(config.tenants)} tenant(s); store {redacted_store(config.store)}")
+    if connect:
+        if not config.shared_store:
+            console.print("--connect: the memory store lives in the gateway; nothing to reach")
+        else:
+            from sluicegate.store.check import check_store
+
+            try:
+                round_trip_s = asyncio.run(check_store(config))
+            except StoreUnavailableError as exc:
+                err.print(f"[red]store: unreachable: {exc}[/red]")
+                raise typer.Exit(1) from None
+            console.print(f"store reachable: round trip {round_trip_s * 1000:.2f} ms")
     console.print("[green]configuration is valid[/green]")
 
 

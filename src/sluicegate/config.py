@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -86,6 +87,52 @@ class SimulationSpec(BaseModel):
     scrape_interval_s: float = Field(1.0, gt=0.0)
 
 
+STORE_SCHEMES = ("redis://", "rediss://", "unix://")
+"""The URL schemes of a shared store (Redis or Valkey): distributed mode."""
+
+
+def redacted_store(url: str) -> str:
+    """``url`` without its user name and password, fit for logs and screens."""
+    if url == "memory":
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port is not None else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+class DistributedSpec(BaseModel):
+    """Distributed mode: how this replica uses the shared store (``store: redis://...``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    on_store_failure: Literal["fail_open", "fail_closed"] = Field(
+        "fail_open",
+        description="store unreachable: local limits at 1/replicas (fail_open) or 503 "
+        "store_unavailable (fail_closed)",
+    )
+    lease_ttl_s: float = Field(
+        5.0, ge=0.5, le=300.0, description="a dead replica's slots are freed within this"
+    )
+    timeout_ms: float = Field(
+        50.0, gt=0.0, le=5000.0, description="a store round trip slower than this is a failure"
+    )
+    key_prefix: str = Field(
+        "sluicegate",
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.:-]+$",
+        description="prefix of every key in the store (one per gateway fleet)",
+    )
+    replica_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9_.:-]+$",
+        description="this replica's name in the store; default hostname-pid-random",
+    )
+
+
 class Config(BaseModel):
     """The whole configuration file."""
 
@@ -94,23 +141,44 @@ class Config(BaseModel):
     server: ServerSpec = Field(default_factory=ServerSpec)
     models: tuple[ModelSpec, ...] = Field(min_length=1)
     tenants: tuple[TenantConfig, ...] = ()
-    store: Literal["memory"] = Field("memory", description="where scheduling state lives")
+    store: str = Field(
+        "memory",
+        description="where scheduling state lives: memory, or redis:// (rediss://, unix://) "
+        "shared by every gateway replica",
+    )
+    distributed: DistributedSpec | None = Field(
+        None, description="distributed mode settings (with a redis:// store)"
+    )
     simulation: SimulationSpec = Field(default_factory=SimulationSpec)
 
     @field_validator("store", mode="before")
     @classmethod
-    def _memory_store_only(cls, value: object) -> object:
+    def _known_store(cls, value: object) -> object:
         # The value is not echoed: a store URL may carry a password.
-        if value != "memory":
-            raise ValueError(
-                "only 'memory' (state in this one gateway process) is supported: distributed "
-                "mode, a shared store such as redis:// for several gateway replicas, is not "
-                "available yet"
-            )
-        return value
+        if value == "memory" or (isinstance(value, str) and value.startswith(STORE_SCHEMES)):
+            return value
+        raise ValueError(
+            "must be 'memory' (state in this one gateway process) or the URL of a Redis or "
+            f"Valkey server shared by every replica, starting with one of {list(STORE_SCHEMES)}"
+        )
+
+    @property
+    def shared_store(self) -> bool:
+        """Whether state lives in a shared store (distributed mode)."""
+        return self.store != "memory"
+
+    @property
+    def distributed_settings(self) -> DistributedSpec:
+        """The ``distributed:`` block, or its defaults."""
+        return self.distributed if self.distributed is not None else DistributedSpec()
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:
+        if self.distributed is not None and not self.shared_store:
+            raise ValueError(
+                "distributed: is set but store is 'memory'; distributed mode needs a shared "
+                "store, e.g. store: redis://host:6379/0"
+            )
         names = [model.name for model in self.models]
         if len(set(names)) != len(names):
             raise ValueError(f"model names must be unique, got {names}")
@@ -125,12 +193,12 @@ class Config(BaseModel):
                 )
         return self
 
-    def scheduler_spec(self, *, global_slots: bool = False) -> SchedulerSpec:
+    def scheduler_spec(self) -> SchedulerSpec:
         """The part of the config the scheduler runs on."""
         tenants = tuple(
             TenantSpec.model_validate(t.model_dump(exclude={"api_key_env"})) for t in self.tenants
         )
-        return SchedulerSpec(models=self.models, tenants=tenants, global_slots=global_slots)
+        return SchedulerSpec(models=self.models, tenants=tenants)
 
     def api_keys(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
         """Map of API key → tenant name, read from the environment variables the tenants name.

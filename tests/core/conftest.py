@@ -40,7 +40,6 @@ def build_spec(
     *lanes: LaneSpec,
     tenants: Sequence[TenantSpec] = (),
     backends: Sequence[str] = ("b0",),
-    global_slots: bool = False,
     **model_overrides: Any,
 ) -> SchedulerSpec:
     """A scheduler spec with one model ``m`` holding ``lanes`` (default: one ``main`` lane)."""
@@ -50,7 +49,7 @@ def build_spec(
         lanes=lanes or (build_lane(),),
         **model_overrides,
     )
-    return SchedulerSpec(models=(model,), tenants=tuple(tenants), global_slots=global_slots)
+    return SchedulerSpec(models=(model,), tenants=tuple(tenants))
 
 
 def build_ticket(

@@ -625,61 +625,6 @@ def test_open_circuit_reads_healthy_after_cooldown_with_no_traffic(
     assert (after.healthy, after.probe_healthy, after.circuit) == (True, True, "half_open")
 
 
-# ---------------------------------------------------------------------------- distributed
-
-
-def distributed(make_spec: SpecFactory, make_lane: LaneFactory, **lane: object) -> Scheduler:
-    """A one-slot lane in distributed mode (every admission reserves a global slot)."""
-    return Scheduler(make_spec(make_lane(**lane), global_slots=True))
-
-
-def test_distributed_admission_reserves_then_grant_admits(
-    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
-) -> None:
-    """global_slots: admission yields Reserve (state reserving); grant yields Admit."""
-    sched = distributed(make_spec, make_lane)
-    ticket = make_ticket("a", arrival=0.0)
-    (reserve,) = sched.submit(ticket, 0.0)
-    assert isinstance(reserve, Reserve)
-    assert reserve.ticket == ticket
-    assert sched.state_of(ticket.id) is State.RESERVING
-    (admit,) = sched.grant(ticket.id, 0.25)
-    assert isinstance(admit, Admit)
-    assert (admit.backend, admit.queued_s) == (reserve.backend, 0.25)
-    assert sched.state_of(ticket.id) is State.RUNNING
-
-
-def test_distributed_deny_requeues_and_pauses_lane(
-    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
-) -> None:
-    """deny: the ticket waits again, its lane pauses until now + retry_after (reported by
-    next_wakeup), and is reserved again at that moment."""
-    sched = distributed(make_spec, make_lane)
-    sched.submit(make_ticket("a"), 0.0)
-    assert only(sched.deny(TicketId("a"), 2.0, 1.0), Reserve) == []
-    assert sched.state_of(TicketId("a")) is State.QUEUED
-    assert sched.next_wakeup() == 3.0
-    assert only(sched.tick(3.0 - 1e-6), Reserve) == []
-    assert ids(sched.tick(3.0), Reserve) == ["a"]
-
-
-def test_distributed_deny_undoes_fair_share_charge(
-    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
-) -> None:
-    """deny: the fair-share charge made at reservation is taken back exactly."""
-    sched = distributed(make_spec, make_lane, policy="fair")
-    sched.submit(make_ticket("a1", tenant="a", prompt_tokens=101, predicted=10), 0.0)
-    sched.grant(TicketId("a1"), 0.0)
-    sched.submit(make_ticket("a2", tenant="a", prompt_tokens=101, predicted=10), 0.0)
-    sched.submit(make_ticket("a3", tenant="a", prompt_tokens=101, predicted=10), 0.0)
-    sched.complete(TicketId("a1"), Usage(101, 10), 1.0)  # reserves a2
-    assert sched.state_of(TicketId("a2")) is State.RESERVING
-    before = sched.counter(MODEL, LANE, "a")
-    assert before is not None
-    sched.deny(TicketId("a2"), 1.0, 1.0)
-    assert sched.counter(MODEL, LANE, "a") == before - (101 + 2 * 10)
-
-
 # ---------------------------------------------------------------------------- adaptive
 
 

@@ -1,8 +1,9 @@
 """Hypothesis state machine: the scheduler's invariants hold under any interleaving of events.
 
 A model driver executes every decision the way the gateway does (Admit → running,
-Preempt → stop then complete, Reserve → grant or deny later) and checks after
-every step that caps, budgets and the ticket ledger agree with the scheduler.
+Preempt → stop then complete, Reserve → a grant from the "store" later, in any order)
+and checks after every step that caps, budgets and the ticket ledger agree with the
+scheduler. The store comes and goes: distributed mode, fail open, fail closed.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from sluicegate.core import (
     Usage,
 )
 from sluicegate.core.policies import FAIRNESS, POLICY_ALIASES, policy_names
+from sluicegate.core.ratelimit import TenantRateLimiter
 
 MODEL = "m"
 TENANTS = ("alice", "bob", "carol")
@@ -54,6 +56,7 @@ REJECT_STATUS = {
     ErrorCode.OVERLOADED: 503,
     ErrorCode.DRAINING: 503,
     ErrorCode.NO_HEALTHY_BACKEND: 503,
+    ErrorCode.STORE_UNAVAILABLE: 503,
 }
 """The HTTP status each refusal code comes with (``queue_timeout`` is an ``Expire``)."""
 
@@ -112,18 +115,18 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.ended: Counter[str] = Counter()
         self.submitted: set[str] = set()
         self.queued: set[str] = set()
-        self.reserving: dict[str, str] = {}
+        self.offered: set[str] = set()  # queued and offered to the store
+        self.ever_shared = False  # local caps bind only what local admission decided
         self.running: dict[str, str] = {}
         self.preempting: set[str] = set()
         self.tickets: dict[str, Ticket] = {}
         self.budget: int | None = None
-        self.reentered: set[str] = set()  # queued again after a deny or a requeue
+        self.reentered: set[str] = set()  # queued again after a requeue
 
     @initialize(
         policies=st.lists(st.sampled_from(QUEUE_POLICIES), min_size=3, max_size=3),
         borrow=st.lists(st.booleans(), min_size=3, max_size=3),
         requeue=st.booleans(),
-        global_slots=st.booleans(),
         budget=st.sampled_from([None, 2_000]),
         adaptive=st.booleans(),
     )
@@ -132,7 +135,6 @@ class SchedulerMachine(RuleBasedStateMachine):
         policies: list[tuple[str, str | None]],
         borrow: list[bool],
         requeue: bool,
-        global_slots: bool,
         budget: int | None,
         adaptive: bool,
     ) -> None:
@@ -152,9 +154,8 @@ class SchedulerMachine(RuleBasedStateMachine):
             TenantSpec(name="bob", requests_per_s=2.0, tokens_per_min=30_000.0),
             TenantSpec(name="carol"),
         )
-        self.s = Scheduler(
-            SchedulerSpec(models=(model,), tenants=tenants, global_slots=global_slots)
-        )
+        self.tenants = tenants
+        self.s = Scheduler(SchedulerSpec(models=(model,), tenants=tenants))
 
     # ------------------------------------------------------------------ driver
 
@@ -164,7 +165,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.queued.discard(tid)
         self.reentered.discard(tid)
         self.running.pop(tid, None)
-        self.reserving.pop(tid, None)
+        self.offered.discard(tid)
         self.preempting.discard(tid)
 
     def _apply(self, decisions: list[Decision]) -> None:
@@ -172,16 +173,15 @@ class SchedulerMachine(RuleBasedStateMachine):
             tid = d.ticket.id
             event(type(d).__name__)
             if isinstance(d, Admit):
-                assert tid in self.queued or tid in self.reserving, f"{tid} admitted from nowhere"
+                assert tid in self.queued, f"{tid} admitted from nowhere"
                 self.queued.discard(tid)
                 self.reentered.discard(tid)
-                self.reserving.pop(tid, None)
+                self.offered.discard(tid)
                 self.running[tid] = d.backend
             elif isinstance(d, Reserve):
                 assert tid in self.queued
-                self.queued.discard(tid)
-                self.reentered.discard(tid)
-                self.reserving[tid] = d.backend
+                assert self.s.shared
+                self.offered.add(tid)
             elif isinstance(d, Queued):
                 self.queued.add(tid)
             elif isinstance(d, Reject):
@@ -256,8 +256,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.submitted.add(tid)
         self.queued.add(tid)  # until a decision says otherwise
         decisions = self.s.submit(ticket, self.now)
-        own = [d for d in decisions if d.ticket.id == tid]
+        own = [d for d in decisions if d.ticket.id == tid and not isinstance(d, Reserve)]
         assert len(own) == 1, f"submit must decide once about the new ticket: {own}"
+        offers = [d for d in decisions if isinstance(d, Reserve)]
+        offered_now = self.s.shared and isinstance(own[0], Queued)
+        assert [d.ticket.id for d in offers] == ([tid] if offered_now else [])
         self._apply(decisions)
 
     @precondition(lambda self: bool(self.running))
@@ -275,11 +278,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         tid = data.draw(st.sampled_from(sorted(self.running)))
         self.s.progress(TicketId(tid), data.draw(st.integers(0, self.tickets[tid].max_tokens)))
 
-    @precondition(lambda self: bool(self.queued or self.running or self.reserving))
+    @precondition(lambda self: bool(self.queued or self.running))
     @rule(data=st.data(), dt=st.floats(0.0, 1.0))
     def cancel(self, data: st.DataObject, dt: float) -> None:
         self._advance(dt)
-        live = sorted(self.queued | set(self.running) | set(self.reserving))
+        live = sorted(self.queued | set(self.running))
         tid = data.draw(st.sampled_from(live))
         decisions = self.s.cancel(TicketId(tid), self.now)
         self._end(tid)
@@ -297,17 +300,46 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.now = wakeup
         self._apply(self.s.tick(self.now))
 
-    @precondition(lambda self: bool(self.reserving))
-    @rule(data=st.data(), granted=st.booleans(), retry=st.floats(0.0, 2.0))
-    def answer_reserve(self, data: st.DataObject, granted: bool, retry: float) -> None:
-        tid = data.draw(st.sampled_from(sorted(self.reserving)))
-        if granted:
-            self._apply(self.s.grant(TicketId(tid), self.now))
+    @precondition(lambda self: bool(self.offered))
+    @rule(data=st.data())
+    def grant(self, data: st.DataObject) -> None:
+        """The store grants one offered ticket (any of them, in any order)."""
+        tid = data.draw(st.sampled_from(sorted(self.offered)))
+        decisions = self.s.grant(TicketId(tid), self.now)
+        if not self.s.shared:
+            assert decisions == [], "only distributed mode admits on a grant"
+        self._apply(decisions)
+
+    @precondition(lambda self: bool(self.submitted))
+    @rule(data=st.data())
+    def stale_grant(self, data: st.DataObject) -> None:
+        """A grant for a ticket that ended or runs gives nothing."""
+        gone = sorted((set(self.ended) | set(self.running)) - self.preempting)
+        if gone:
+            tid = data.draw(st.sampled_from(gone))
+            assert self.s.grant(TicketId(tid), self.now) == []
+
+    @rule(mode=st.sampled_from(["use", "fail_open", "fail_closed"]))
+    def store(self, mode: str) -> None:
+        """The shared store comes back, or fails (open at half the limits, or closed)."""
+        if mode == "use":
+            self.ever_shared = True
+            decisions = self.s.use_store(self.now)
+            assert {d.ticket.id for d in decisions} == self.queued
+            assert all(isinstance(d, Reserve) for d in decisions)
         else:
-            self.reserving.pop(tid)
-            self.queued.add(tid)
-            self.reentered.add(tid)
-            self._apply(self.s.deny(TicketId(tid), retry, self.now))
+            self.offered.clear()
+            rates = TenantRateLimiter(self.tenants)
+            decisions = self.s.lose_store(
+                self.now, fail_open=mode == "fail_open", share=0.5, rate_limiter=rates
+            )
+            if mode == "fail_closed":
+                assert all(
+                    isinstance(d, Expire) and d.code is ErrorCode.STORE_UNAVAILABLE
+                    for d in decisions
+                )
+                assert {d.ticket.id for d in decisions} == self.queued
+        self._apply(decisions)
 
     @rule(
         backend=st.sampled_from(["b0", "b1"]),
@@ -325,10 +357,13 @@ class SchedulerMachine(RuleBasedStateMachine):
     @invariant()
     def caps_hold(self) -> None:
         view = self.s.view(MODEL)
+        assert view.running == len(self.running)
+        if self.ever_shared:
+            return  # the store's grants bind the caps then, not local admission
         for lane in view.lanes:
             assert lane.own <= lane.cap, f"{lane.name} own {lane.own} > cap {lane.cap}"
-            # max_queue bounds new arrivals; an accepted ticket denied a global slot or
-            # preempted with requeue may come back on top of it.
+            # max_queue bounds new arrivals; an accepted ticket preempted with requeue
+            # may come back on top of it.
             back = sum(1 for tid in self.reentered if self.tickets[tid].lane == lane.name)
             assert lane.queued <= max(lane.max_queue, 1) + back
         spec = self.s.spec.models[0]
@@ -336,7 +371,6 @@ class SchedulerMachine(RuleBasedStateMachine):
             if not lane_spec.borrow:
                 assert lane.borrowed == 0, f"{lane.name} borrowed without permission"
         assert view.running <= view.configured_cap
-        assert view.running == len(self.running) + len(self.reserving)
         if self.budget is not None and view.inflight_tokens > self.budget:
             assert view.running == 1, "only a lone oversized request may exceed the budget"
         for backend in view.backends:
@@ -345,7 +379,7 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     @invariant()
     def ledger_agrees(self) -> None:
-        live = self.queued | set(self.running) | set(self.reserving)
+        live = self.queued | set(self.running)
         assert self.s.live_tickets() == len(live)
         assert self.s.view(MODEL).queued == len(self.queued)
         assert not (set(self.ended) & live)
@@ -354,13 +388,16 @@ class SchedulerMachine(RuleBasedStateMachine):
         if not hasattr(self, "s"):
             return
         for _ in range(10_000):
-            if self.reserving:
-                for tid in sorted(self.reserving):
+            if self.offered and self.s.shared:
+                for tid in sorted(self.offered):
                     self._apply(self.s.grant(TicketId(tid), self.now))
             if self.running:
                 self.now += 1.0
                 self._complete(sorted(self.running)[0], Usage(1, 1))
             elif self.queued:
+                if self.s.shared:
+                    self.offered.clear()
+                    self._apply(self.s.lose_store(self.now, fail_open=True, share=1.0))
                 self.now += 100.0
                 for backend in ("b0", "b1"):
                     stats = BackendStats(MODEL, backend, healthy=True, kv_cache_usage=0.0)

@@ -10,21 +10,19 @@ backend is available, admission stops for the model.
 
 from __future__ import annotations
 
-from sluicegate.core.decisions import Admit, Decision, Reserve
+from sluicegate.core.decisions import Admit, Decision
 from sluicegate.core.entry import Entry, State
 from sluicegate.core.fair_queue import FairQueue
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
 
 
-def admit_waiting(model: ModelRuntime, now: float, out: list[Decision], *, reserve: bool) -> None:
-    """Admit waiting tickets of ``model`` while capacity remains; append the decisions.
+def admit_waiting(model: ModelRuntime, now: float, out: list[Decision]) -> None:
+    """Admit waiting tickets of ``model`` while capacity remains; append the ``Admit``s.
 
     Args:
         model: The model whose lanes to serve.
         now: The driver's time.
-        out: Decisions are appended here: ``Admit``, or ``Reserve`` when ``reserve``
-            (distributed mode: each admission first asks for a global slot).
-        reserve: Whether admissions are ``Reserve`` decisions.
+        out: Decisions are appended here.
     """
     lanes = model.lane_order
     if any(lane.pending_preempts for lane in lanes):
@@ -34,7 +32,7 @@ def admit_waiting(model: ModelRuntime, now: float, out: list[Decision], *, reser
         for lane in lanes:
             if model.running >= cap:
                 return
-            if not _admit_lane(model, lane, borrowing, cap, now, out, reserve):
+            if not _admit_lane(model, lane, borrowing, cap, now, out):
                 return
 
 
@@ -45,7 +43,6 @@ def _admit_lane(
     cap: int,
     now: float,
     out: list[Decision],
-    reserve: bool,
 ) -> bool:
     """Admit from ``lane`` while it has room; ``False`` if no backend could take one."""
     queue = lane.queue
@@ -74,12 +71,8 @@ def _admit_lane(
             queue.remove(head)
         model.occupy(lane, head, backend, borrowing, now)
         ticket = head.ticket
-        if reserve:
-            head.state = State.RESERVING
-            out.append(Reserve(ticket, backend.spec.name))
-        else:
-            head.state = State.RUNNING
-            out.append(Admit(ticket, backend.spec.name, now - ticket.arrival))
+        head.state = State.RUNNING
+        out.append(Admit(ticket, backend.spec.name, now - ticket.arrival))
     return True
 
 

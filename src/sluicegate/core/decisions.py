@@ -25,6 +25,7 @@ class ErrorCode(enum.Enum):
     OVERLOADED = "overloaded"
     DRAINING = "draining"
     NO_HEALTHY_BACKEND = "no_healthy_backend"
+    STORE_UNAVAILABLE = "store_unavailable"
 
 
 class PreemptAction(enum.Enum):
@@ -75,7 +76,8 @@ class Expire(NamedTuple):
     ``code`` says why: ``QUEUE_TIMEOUT`` (HTTP 503 ``queue_timeout``) when its
     queue timeout passed; ``OVERLOADED`` (HTTP 503 ``overloaded``) when, in a
     lane with ``shed_hopeless``, its latest start (deadline − predicted
-    service) passed while it waited.
+    service) passed while it waited; ``STORE_UNAVAILABLE`` (HTTP 503) when the
+    shared store failed and the gateway fails closed.
     """
 
     ticket: Ticket
@@ -102,14 +104,20 @@ class Preempt(NamedTuple):
 
 
 class Reserve(NamedTuple):
-    """Distributed mode: ask the shared store for a global slot for ``ticket``.
+    """Distributed mode: offer the queued ``ticket`` to the shared store's waiting set.
 
-    The ticket holds a local slot meanwhile. The driver answers with
-    ``Scheduler.grant`` (which yields ``Admit``) or ``Scheduler.deny``.
+    The ticket stays queued here; the store grants it a global slot when it is
+    the best waiting ticket anywhere, and the driver answers with
+    ``Scheduler.grant`` (which yields ``Admit``). ``order`` is the lane
+    ordering's key (compared across replicas), ``cost_tokens`` its share of the
+    token budget and ``vtc_charge`` what admission adds to its tenant's virtual
+    token counter before division by the weight.
     """
 
     ticket: Ticket
-    backend: str
+    order: tuple[float, ...]
+    cost_tokens: int
+    vtc_charge: float
 
 
 Decision = Admit | Queued | Reject | Expire | Preempt | Reserve
@@ -121,4 +129,5 @@ _REJECT_OUTCOMES = {
     ErrorCode.DRAINING: Outcome.REJECTED_UNAVAILABLE,
     ErrorCode.NO_HEALTHY_BACKEND: Outcome.REJECTED_UNAVAILABLE,
     ErrorCode.QUEUE_TIMEOUT: Outcome.EXPIRED,
+    ErrorCode.STORE_UNAVAILABLE: Outcome.REJECTED_UNAVAILABLE,
 }

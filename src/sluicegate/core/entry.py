@@ -13,7 +13,6 @@ class State(enum.Enum):
     """Where a live ticket is."""
 
     QUEUED = "queued"
-    RESERVING = "reserving"
     RUNNING = "running"
     PREEMPTING = "preempting"
 
@@ -31,7 +30,7 @@ class Entry:
         decode_s_per_token: predicted time per output token.
         service_s: ``prefill_s + predicted_output_tokens · decode_s_per_token``.
         cost_tokens: what the ticket charges the model's in-flight token budget.
-        state: queued, reserving a global slot, running, or being preempted.
+        state: queued, running, or being preempted.
         queue_gen: bumped on every push, so stale heap items are recognised.
         queue_item: while queued, its item in the queue (key, seq, entry); stale after a pop.
         run_end: while running, its predicted end as its lane counts it (NaN otherwise).

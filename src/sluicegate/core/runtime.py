@@ -8,12 +8,12 @@ from sluicegate.core.backend import BackendState
 from sluicegate.core.circuit import CircuitBreaker
 from sluicegate.core.entry import Entry
 from sluicegate.core.limits import Limit, make_limit
-from sluicegate.core.policies import make_queue
+from sluicegate.core.policies import ORDERINGS, make_queue
 from sluicegate.core.predictor import Predictor
 from sluicegate.core.routing import Router, make_router
 from sluicegate.core.spec import KV_WATERMARK, LaneSpec, ModelSpec
 from sluicegate.core.tenant_share import TenantSlots
-from sluicegate.core.ticket import MAX_PRIORITY, TicketId
+from sluicegate.core.ticket import MAX_PRIORITY, BackendStats, TicketId
 
 
 class LaneRuntime:
@@ -23,7 +23,9 @@ class LaneRuntime:
         own: running tickets on the lane's own quota (never above ``cap``).
         borrowed: running tickets on capacity borrowed from other lanes.
         pending_preempts: preemptions issued on behalf of this lane, not yet freed.
-        blocked_until: distributed mode: a denied global slot pauses the lane until then.
+        blocked_until: lane paused until then (no lane pauses today; kept for preemption's
+            wake-up rule).
+        order: the lane ordering's key of an entry (what distributed mode sends the store).
         shares: running tickets per tenant, for the tenants' shares of the lane's slots
             (lanes with ``vtc`` fairness only; ``None`` otherwise).
     """
@@ -32,6 +34,7 @@ class LaneRuntime:
         "blocked_until",
         "borrowed",
         "cap",
+        "order",
         "own",
         "pending_preempts",
         "queue",
@@ -44,6 +47,7 @@ class LaneRuntime:
         self.cap = spec.max_concurrency
         ordering, fairness = spec.queue_policy
         self.queue = make_queue(ordering, fairness, aging=spec.aging, weights=weights)
+        self.order = ORDERINGS.get(ordering)(spec.aging).key
         self.shares = TenantSlots(weights) if fairness == "vtc" else None
         self.own = 0
         self.borrowed = 0
@@ -69,11 +73,13 @@ class ModelRuntime:
         "lane_order",
         "lanes",
         "limit",
+        "max_concurrency",
         "predictor",
         "router",
         "running",
         "running_by_priority",
         "running_entries",
+        "share",
         "spec",
         "token_budget",
         "wakeup",
@@ -101,6 +107,8 @@ class ModelRuntime:
             make_limit(spec.adaptive, spec.max_concurrency) if spec.adaptive is not None else None
         )
         self.predictor = Predictor(spec)
+        self.max_concurrency = spec.max_concurrency
+        self.share = 1.0
         self.running = 0
         self.borrowed_running = 0
         self.inflight_tokens = 0
@@ -115,8 +123,8 @@ class ModelRuntime:
     def cap(self) -> int:
         """The effective model-wide concurrency: the configured cap or the adaptive limit."""
         if self.limit is None:
-            return self.spec.max_concurrency
-        return min(self.spec.max_concurrency, self.limit.value)
+            return self.max_concurrency
+        return min(self.max_concurrency, self.limit.value)
 
     def runs_less_important_than(self, priority: int) -> bool:
         """Whether any running ticket has a numerically higher (less important) priority."""
@@ -130,6 +138,25 @@ class ModelRuntime:
                 idle += lane.cap - lane.own
         return idle
 
+    def observe(self, stats: BackendStats, now: float) -> None:
+        """Record a health probe or metrics scrape of one backend: its health, queue
+        counts and KV cache use (which an adaptive ``kv_cache`` limit follows)."""
+        backend = self.backend(stats.backend)
+        if stats.healthy is not None:
+            backend.probe_healthy = stats.healthy
+        backend.circuit.advance(now)
+        if stats.num_requests_running is not None:
+            backend.num_requests_running = stats.num_requests_running
+        if stats.num_requests_waiting is not None:
+            backend.num_requests_waiting = stats.num_requests_waiting
+        if stats.kv_capacity_tokens is not None:
+            self.set_kv_capacity(backend.name, stats.kv_capacity_tokens)
+        if stats.kv_cache_usage is not None:
+            backend.kv_cache_usage = stats.kv_cache_usage
+            if self.limit is not None:
+                readings = [b.kv_cache_usage for b in self.backends if b.kv_cache_usage is not None]
+                self.limit.on_kv_usage(sum(readings) / len(readings), inflight=self.running)
+
     def set_kv_capacity(self, backend: str, tokens: int) -> None:
         """Record ``backend``'s KV capacity; an ``auto`` budget follows once all are known.
 
@@ -137,10 +164,26 @@ class ModelRuntime:
         ``KV_WATERMARK``; while any backend's capacity is unknown there is none.
         """
         self.kv_capacity[backend] = tokens
-        if self.spec.max_inflight_tokens != "auto" or len(self.kv_capacity) < len(self.backends):
-            return
-        total = sum(self.kv_capacity.values())
-        self.token_budget = max(1, int(total * KV_WATERMARK))
+        self._set_budget()
+
+    def _set_budget(self) -> None:
+        """The token budget at ``share``: configured, or derived once every KV capacity is
+        known (``auto``), else none."""
+        configured = self.spec.max_inflight_tokens
+        if isinstance(configured, int):
+            self.token_budget = max(1, int(configured * self.share))
+        elif configured == "auto" and len(self.kv_capacity) == len(self.backends):
+            total = sum(self.kv_capacity.values())
+            self.token_budget = max(1, int(total * KV_WATERMARK * self.share))
+
+    def set_share(self, share: float) -> None:
+        """Enforce ``share`` (0–1] of every configured cap and budget: what a replica keeps
+        of the global limits while the shared store is unavailable (1 restores them)."""
+        self.share = share
+        self.max_concurrency = max(1, int(self.spec.max_concurrency * share))
+        for lane in self.lane_order:
+            lane.cap = max(1, int(lane.spec.max_concurrency * share))
+        self._set_budget()
 
     def tokens_fit(self, entry: Entry) -> bool:
         """Whether ``entry`` fits the in-flight token budget (always, when nothing runs)."""

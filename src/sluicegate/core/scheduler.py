@@ -8,8 +8,13 @@ events, each with a timestamp, and executes the decisions it returns::
     cancel(id, now)                -> [Admit...]
     tick(now)                      -> [Expire..., Admit..., Preempt...]
     observe_backend(stats, now)    -> [Admit...]
-    grant(id, now) / deny(...)     -> distributed mode answers to ``Reserve``
     next_wakeup()                  -> when to call ``tick`` next
+
+and, in distributed mode (DESIGN §16), where a shared store admits::
+
+    use_store(now)                 -> [Reserve...]  every queued ticket, offered
+    grant(id, now)                 -> [Admit]       the store granted it a slot
+    lose_store(now, ...)           -> [Admit... | Expire...]  local limits, or closed
 
 Nothing here reads a clock, sleeps or does I/O, so the same code runs in the
 gateway and the simulator.
@@ -26,17 +31,23 @@ from __future__ import annotations
 import heapq
 
 from sluicegate.core.admission import admit_waiting
-from sluicegate.core.decisions import Admit, Decision, ErrorCode, Expire, Queued, Reject
+from sluicegate.core.decisions import (
+    Admit,
+    Decision,
+    ErrorCode,
+    Expire,
+    Queued,
+)
 from sluicegate.core.entry import Entry, State
 from sluicegate.core.errors import UnknownModelError
 from sluicegate.core.estimate import start_estimate
-from sluicegate.core.limits.feedback import report_outcome
+from sluicegate.core.intake import learn, new_entry, offer, refuse_early, reject
 from sluicegate.core.preemption import preempt_for_blocked
 from sluicegate.core.ratelimit import TenantRateLimiter
 from sluicegate.core.retry import retry_wait_s
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
 from sluicegate.core.spec import SchedulerSpec
-from sluicegate.core.ticket import BackendStats, Feedback, Ticket, TicketId, Usage
+from sluicegate.core.ticket import BackendStats, Ticket, TicketId, Usage
 from sluicegate.core.views import LaneView, ModelView, view_model
 
 
@@ -48,6 +59,11 @@ class Scheduler:
     token budget; every submitted ticket ends exactly once (completed,
     rejected, expired, cancelled or preempted); with no live tickets, every
     count is zero and every queue empty.
+
+    In distributed mode (``use_store``) the caps and rate limits are the shared
+    store's: a ticket that passes the local checks (health, queue size,
+    shedding) queues here and is offered to the store (``Reserve``), and runs
+    when the store grants it (``grant``). Preemption acts only in local mode.
     """
 
     def __init__(
@@ -65,7 +81,9 @@ class Scheduler:
         self._entries: dict[TicketId, Entry] = {}
         self._expiry: list[tuple[float, int, int, Entry]] = []
         self._seq = 0
-        self._global_slots = spec.global_slots
+        self._shared = False
+        self._closed = False
+        self._offers: list[Entry] = []
         self.draining = False
 
     # ------------------------------------------------------------------ events
@@ -78,10 +96,14 @@ class Scheduler:
             raise UnknownModelError(f"model {ticket.model!r} has no lane {ticket.lane!r}")
         if ticket.id in self._entries:
             raise ValueError(f"ticket {ticket.id!r} is already live")
-        refusal = self._refuse_early(model, ticket, now)
+        rate = None if self._shared else self._rate  # in shared mode the driver charged the store
+        refusal = refuse_early(
+            model, ticket, now, draining=self.draining, closed=self._closed, rate=rate
+        )
         if refusal is not None:
             return [refusal]
-        entry = self._new_entry(model, lane, ticket, now)
+        self._seq += 1
+        entry = new_entry(model, lane, ticket, now, seq=self._seq, shared=self._shared)
         queue = lane.queue
         if len(queue) >= lane.spec.max_queue and not (
             len(queue) == 0 and model.lane_has_room(lane)
@@ -90,7 +112,7 @@ class Scheduler:
             # Not the ticket's own start estimate: a full queue refills as fast as it
             # drains under overload, so a retry helps only once the whole lane drained.
             drain = model.drain_estimate_s(lane)
-            return [self._reject(ticket, 429, ErrorCode.QUEUE_FULL, drain, "queue is full")]
+            return [reject(ticket, 429, ErrorCode.QUEUE_FULL, drain, "queue is full")]
         # The start estimate, in lanes that keep it: what sheds, and what ``Queued`` reports
         # (a dispatch only moves work ahead of the ticket from queued to running).
         wait: float | None = None
@@ -99,8 +121,13 @@ class Scheduler:
             if now + wait + entry.service_s > entry.deadline:
                 self._rate.refund(ticket.tenant, entry.charged_tokens, now)
                 message = "deadline cannot be met"
-                return [self._reject(ticket, 503, ErrorCode.OVERLOADED, wait, message)]
+                return [reject(ticket, 503, ErrorCode.OVERLOADED, wait, message)]
         self._entries[ticket.id] = entry
+        if self._shared:
+            self._enqueue(lane, entry, now)
+            offers: list[Decision] = [Queued(ticket, wait)]
+            self._dispatch(model, now, offers)
+            return offers
         head_before = queue.peek()
         self._enqueue(lane, entry, now)
         if head_before is not None and model.running >= model.cap() and queue.peek() is head_before:
@@ -127,7 +154,7 @@ class Scheduler:
         entry = self._entries.get(ticket_id)
         if entry is None:
             return []
-        if entry.state is State.QUEUED or entry.state is State.RESERVING:
+        if entry.state is State.QUEUED:
             raise ValueError(f"ticket {ticket_id!r} is {entry.state.value}, not running")
         model = self._models[entry.ticket.model]
         model.release(entry, usage.completion_tokens)
@@ -138,7 +165,7 @@ class Scheduler:
             backend.circuit.on_failure(now)
         preempted = entry.state is State.PREEMPTING and not ran_to_end
         if not preempted:
-            self._learn(model, entry, usage, now)
+            learn(model, entry, usage, now)
         out: list[Decision] = []
         if preempted and entry.preempt_requeue:
             # The waiter the slot was freed for goes first; then the victim queues again.
@@ -203,48 +230,78 @@ class Scheduler:
     def observe_backend(self, stats: BackendStats, now: float) -> list[Decision]:
         """A health probe or metrics scrape of one backend."""
         model = self._model(stats.model)
-        backend = model.backend(stats.backend)
-        if stats.healthy is not None:
-            backend.probe_healthy = stats.healthy
-        backend.circuit.advance(now)
-        if stats.num_requests_running is not None:
-            backend.num_requests_running = stats.num_requests_running
-        if stats.num_requests_waiting is not None:
-            backend.num_requests_waiting = stats.num_requests_waiting
-        if stats.kv_capacity_tokens is not None:
-            model.set_kv_capacity(backend.name, stats.kv_capacity_tokens)
-        if stats.kv_cache_usage is not None:
-            backend.kv_cache_usage = stats.kv_cache_usage
-            if model.limit is not None:
-                readings = [
-                    b.kv_cache_usage for b in model.backends if b.kv_cache_usage is not None
-                ]
-                model.limit.on_kv_usage(sum(readings) / len(readings), inflight=model.running)
+        model.observe(stats, now)
         out: list[Decision] = []
         self._dispatch(model, now, out)
         return out
 
     def grant(self, ticket_id: TicketId, now: float) -> list[Decision]:
-        """Distributed mode: the store granted the global slot a ``Reserve`` asked for."""
-        entry = self._entries.get(ticket_id)
-        if entry is None or entry.state is not State.RESERVING:
-            return []
-        entry.state = State.RUNNING
-        return [Admit(entry.ticket, entry.backend, now - entry.ticket.arrival)]
+        """Distributed mode: the store granted a global slot to a ticket ``Reserve`` offered.
 
-    def deny(self, ticket_id: TicketId, retry_after_s: float, now: float) -> list[Decision]:
-        """Distributed mode: no global slot; the ticket waits again and its lane pauses."""
+        The ticket leaves its queue and runs on the backend the router picks:
+        ``[Admit]``. A ticket no longer queued here (it ended, or already runs)
+        gets nothing: ``[]``, and the driver gives the slot back. With no
+        backend free, the ticket stays queued and is offered again: ``[Reserve]``.
+        """
         entry = self._entries.get(ticket_id)
-        if entry is None or entry.state is not State.RESERVING:
+        if entry is None or entry.state is not State.QUEUED:
             return []
         model = self._models[entry.ticket.model]
         lane = model.lanes[entry.ticket.lane]
-        model.release(entry, 0, served=False)
-        self._enqueue(lane, entry, now)
-        lane.blocked_until = now + max(retry_after_s, 0.0)
+        backend = model.router.choose(entry.ticket, entry.service_s, model.backends, now)
+        if backend is None:
+            return [offer(lane, entry)]
+        lane.queue.remove(entry)
+        model.occupy(lane, entry, backend, False, now)
+        entry.state = State.RUNNING
+        return [Admit(entry.ticket, backend.spec.name, now - entry.ticket.arrival)]
+
+    def use_store(self, now: float) -> list[Decision]:
+        """Enter distributed mode (or return to it): the store's limits replace the local
+        ones, and every queued ticket is offered to it (``Reserve``)."""
+        self._shared = True
+        self._closed = False
+        for model in self._models.values():
+            model.set_share(1.0)
+        return [offer(self._lane_of(entry), entry) for entry in self._waiting()]
+
+    def lose_store(
+        self,
+        now: float,
+        *,
+        fail_open: bool,
+        share: float,
+        rate_limiter: TenantRateLimiter | None = None,
+    ) -> list[Decision]:
+        """The shared store failed: fall back to local limits or close.
+
+        ``fail_open``: enforce ``share`` of every cap and budget here (1/replicas),
+        with ``rate_limiter`` (the tenants' limits at that share) for tickets from
+        now on; queued tickets are admitted locally as room allows. Otherwise
+        every queued ticket ends with ``Expire`` (``STORE_UNAVAILABLE``) and new
+        ones are refused until ``use_store``. Running tickets go on either way.
+        """
+        self._shared = False
+        self._offers.clear()
         out: list[Decision] = []
-        self._dispatch(model, now, out)
+        if fail_open:
+            if rate_limiter is not None:
+                self._rate = rate_limiter
+            for model in self._models.values():
+                model.set_share(share)
+                self._dispatch(model, now, out)
+            return out
+        self._closed = True
+        for entry in self._waiting():
+            self._lane_of(entry).queue.remove(entry)
+            self._end(entry, 0, now)
+            out.append(Expire(entry.ticket, 1.0, ErrorCode.STORE_UNAVAILABLE))
         return out
+
+    @property
+    def shared(self) -> bool:
+        """Whether the shared store admits (distributed mode, store up)."""
+        return self._shared
 
     def drain(self) -> None:
         """Stop accepting new tickets; queued and running ones finish."""
@@ -291,6 +348,16 @@ class Scheduler:
         entry = self._entries.get(ticket_id)
         return None if entry is None else entry.state
 
+    def capacity(self, model: str) -> tuple[int, int | None]:
+        """The model's effective cap and token budget: what distributed mode enforces globally."""
+        runtime = self._model(model)
+        return runtime.cap(), runtime.token_budget
+
+    def running(self, model: str) -> list[tuple[Ticket, int]]:
+        """The model's running tickets with their token costs (re-written to a returning store)."""
+        entries = self._model(model).running_entries.values()
+        return [(entry.ticket, entry.cost_tokens) for entry in entries]
+
     def counter(self, model: str, lane: str, tenant: str) -> float | None:
         """The tenant's fair-share counter in a lane with ``vtc`` fairness, else ``None``."""
         return self._model(model).lanes[lane].queue.counter(tenant)
@@ -303,65 +370,21 @@ class Scheduler:
         except KeyError:
             raise UnknownModelError(f"unknown model {name!r}") from None
 
-    def _refuse_early(self, model: ModelRuntime, ticket: Ticket, now: float) -> Reject | None:
-        if self.draining:
-            return self._reject(ticket, 503, ErrorCode.DRAINING, 5.0, "gateway is draining")
-        if not model.any_healthy(now):
-            reopen = [b.circuit.reopen_at() for b in model.backends]
-            soonest = min((t for t in reopen if t is not None), default=now + 5.0)
-            return self._reject(
-                ticket, 503, ErrorCode.NO_HEALTHY_BACKEND, soonest - now, "no healthy backend"
-            )
-        wait = self._rate.try_acquire(ticket.tenant, ticket.prompt_tokens + ticket.max_tokens, now)
-        if wait > 0.0:
-            return self._reject(
-                ticket, 429, ErrorCode.RATE_LIMIT_EXCEEDED, wait, "tenant rate limit exceeded"
-            )
-        return None
-
-    def _new_entry(
-        self, model: ModelRuntime, lane: LaneRuntime, ticket: Ticket, now: float
-    ) -> Entry:
-        predictor = model.predictor
-        predicted = ticket.predicted_output_tokens
-        if predicted is None:
-            predicted = predictor.predict_output(ticket.lane, ticket.max_tokens)
-        prefill_s = predictor.prefill_s(ticket.prompt_tokens)
-        per_token_s = predictor.decode_s_per_token()
-        deadline = ticket.deadline
-        if deadline is None:
-            deadline = ticket.arrival + lane.spec.slo_ms / 1000.0
-        self._seq += 1
-        service_s = prefill_s + predicted * per_token_s
-        expire_at = now + lane.spec.queue_timeout_s
-        # A shedding lane never runs a ticket that can no longer meet its deadline: later
-        # arrivals that overtake it (tighter deadlines) would make it late and waste the slot.
-        latest_start = deadline - service_s
-        hopeless_first = lane.spec.shed_hopeless and latest_start < expire_at
-        return Entry(
-            ticket=ticket,
-            seq=self._seq,
-            deadline=deadline,
-            predicted_output_tokens=predicted,
-            prefill_s=prefill_s,
-            decode_s_per_token=per_token_s,
-            service_s=service_s,
-            cost_tokens=ticket.prompt_tokens + predicted,
-            expire_at=latest_start if hopeless_first else expire_at,
-            expires_hopeless=hopeless_first,
-            charged_tokens=ticket.prompt_tokens + ticket.max_tokens,
-        )
-
     def _enqueue(self, lane: LaneRuntime, entry: Entry, now: float) -> None:
         entry.state = State.QUEUED
         entry.enqueued_at = now
         lane.queue.push(entry)
         heapq.heappush(self._expiry, (entry.expire_at, entry.seq, entry.queue_gen, entry))
+        if self._shared:
+            self._offers.append(entry)
 
-    def _reject(
-        self, ticket: Ticket, status: int, code: ErrorCode, wait_s: float, message: str
-    ) -> Reject:
-        return Reject(ticket, status, code, retry_wait_s(wait_s), message)
+    def _waiting(self) -> list[Entry]:
+        """Every queued entry, in submission order."""
+        queued = (entry for entry in self._entries.values() if entry.state is State.QUEUED)
+        return sorted(queued, key=lambda entry: entry.seq)
+
+    def _lane_of(self, entry: Entry) -> LaneRuntime:
+        return self._models[entry.ticket.model].lanes[entry.ticket.lane]
 
     def _end(self, entry: Entry, used_tokens: int, now: float) -> None:
         del self._entries[entry.ticket.id]
@@ -369,32 +392,18 @@ class Scheduler:
         if unused > 0:
             self._rate.refund(entry.ticket.tenant, unused, now)
 
-    def _learn(self, model: ModelRuntime, entry: Entry, usage: Usage, now: float) -> None:
-        """Feed a finished, not preempted, request to the predictor and the limit.
-
-        The predictor learns only from answers the engine gave in full (``Feedback.SAMPLE``):
-        a client's 4xx, a disconnect or an engine's 429 says nothing about output lengths.
-        """
-        ticket = entry.ticket
-        if usage.limit_feedback is Feedback.SAMPLE:
-            model.predictor.observe(
-                lane=ticket.lane,
-                max_tokens=ticket.max_tokens,
-                prompt_tokens=usage.prompt_tokens,
-                completion_tokens=usage.completion_tokens,
-                ttft_s=usage.ttft_s,
-                duration_s=now - entry.admitted_at,
-            )
-        if model.limit is not None:
-            report_outcome(
-                model.limit, usage, elapsed_s=now - entry.admitted_at, inflight=model.running + 1
-            )
-
     # ------------------------------------------------------------------ dispatch
 
     def _dispatch(self, model: ModelRuntime, now: float, out: list[Decision]) -> None:
         """Grant free capacity to waiting tickets (``admission``), then preempt for urgent
-        ones (``preemption``)."""
+        ones (``preemption``). In distributed mode the store admits: offer what queued."""
+        if self._shared:
+            model.wakeup = None
+            for entry in self._offers:
+                if entry.state is State.QUEUED:
+                    out.append(offer(self._lane_of(entry), entry))
+            self._offers.clear()
+            return
         if model.running < model.cap():
-            admit_waiting(model, now, out, reserve=self._global_slots)
+            admit_waiting(model, now, out)
         preempt_for_blocked(model, now, out)

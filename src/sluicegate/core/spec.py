@@ -237,9 +237,6 @@ class SchedulerSpec(FrozenSpec):
 
     models: tuple[ModelSpec, ...]
     tenants: tuple[TenantSpec, ...] = ()
-    global_slots: bool = Field(
-        False, description="distributed mode: every admission first reserves a global slot"
-    )
 
     @field_validator("models")
     @classmethod

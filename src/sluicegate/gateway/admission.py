@@ -17,6 +17,11 @@ from sluicegate.gateway.errors import GatewayError
 from sluicegate.gateway.exchange import Exchange
 from sluicegate.gateway.interrupts import WaitInterruptedError
 
+_EXPIRE_MESSAGES = {
+    ErrorCode.OVERLOADED: "deadline cannot be met",
+    ErrorCode.STORE_UNAVAILABLE: "the shared store is unavailable",
+}
+
 
 def refusal(exchange: Exchange, verdict: Reject | Expire) -> GatewayError:
     """End a refused ticket (counted with the refusal's outcome); the error to answer with."""
@@ -26,11 +31,7 @@ def refusal(exchange: Exchange, verdict: Reject | Expire) -> GatewayError:
             verdict.status, verdict.code.value, verdict.message, retry_after_s=verdict.retry_after_s
         )
     exchange.finish(verdict.outcome)
-    message = (
-        "deadline cannot be met"
-        if verdict.code is ErrorCode.OVERLOADED
-        else "request waited too long in the queue"
-    )
+    message = _EXPIRE_MESSAGES.get(verdict.code, "request waited too long in the queue")
     return GatewayError(503, verdict.code.value, message, retry_after_s=verdict.retry_after_s)
 
 

@@ -99,6 +99,8 @@ def build_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await state.upstream.start()
+        if state.link is not None:
+            await state.link.start(state.driver)
         poller = asyncio.create_task(poll_forever(state)) if scrape else None
         if isinstance(clock, OffsetClock):
             clock.watch(asyncio.get_running_loop(), state.driver.clock_jumped)
@@ -112,6 +114,8 @@ def build_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await poller
             state.driver.close()
+            if state.link is not None:
+                await state.link.close()
             await state.upstream.close()
 
     # Other methods on the inference paths reach Starlette, which answers 405.

@@ -60,3 +60,15 @@ class OffsetClock:
         """Stop telling ``callback`` (a gateway shutting down)."""
         with self._lock:
             self._watchers = [(lp, cb) for lp, cb in self._watchers if cb != callback]
+
+
+def wall_anchored_clock() -> Clock:
+    """A monotonic clock that reads wall-clock seconds since the epoch at its creation.
+
+    Distributed mode compares queue orders (arrivals, deadlines) across
+    replicas, so their times must share a scale: each replica anchors its
+    monotonic clock to the wall clock once (NTP keeps hosts within
+    milliseconds), and it then never jumps with later wall-clock steps.
+    """
+    offset = time.time() - time.monotonic()
+    return lambda: time.monotonic() + offset

@@ -5,6 +5,11 @@ asyncio's loop uses, unless another is injected: ``gateway/clock.py``), and
 every decision it returns is executed here: an ``Admit`` resolves the waiting
 request's future, a ``Preempt`` signals the running request's handle, and the
 single timer is re-armed at ``next_wakeup()``.
+
+In distributed mode (DESIGN §16) a ``StoreLink`` stands between the scheduler
+and the shared store: ``Reserve`` offers go to it, ended tickets are withdrawn
+or released through it, rate limits are charged in the store before a ticket
+is submitted, and the store's grants come back as ``granted``.
 """
 
 from __future__ import annotations
@@ -12,10 +17,25 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-from sluicegate.core.decisions import Admit, Decision, Expire, Preempt, Queued, Reject, Reserve
+from sluicegate.core.decisions import (
+    Admit,
+    Decision,
+    ErrorCode,
+    Expire,
+    Preempt,
+    Queued,
+    Reject,
+    Reserve,
+)
+from sluicegate.core.ratelimit import TenantRateLimiter
+from sluicegate.core.retry import retry_wait_s
 from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.ticket import BackendStats, Ticket, TicketId, Usage
+
+if TYPE_CHECKING:
+    from sluicegate.gateway.store_link import StoreLink
 
 Verdict = Admit | Reject | Expire
 
@@ -44,8 +64,11 @@ class SchedulerDriver:
         *,
         clock: Callable[[], float] = time.monotonic,
         on_expire: Callable[[Expire], None] | None = None,
+        link: StoreLink | None = None,
     ) -> None:
         self.scheduler = scheduler
+        self.link = link
+        self._takes: set[asyncio.Task[None]] = set()
         self._clock = clock
         self._waiters: dict[TicketId, asyncio.Future[Verdict]] = {}
         self._running: dict[TicketId, RunningHandle] = {}
@@ -59,10 +82,33 @@ class SchedulerDriver:
 
     def submit(self, ticket: Ticket) -> asyncio.Future[Verdict]:
         """Hand a new ticket to the scheduler; the future resolves with its verdict."""
-        future: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Verdict] = loop.create_future()
         self._waiters[ticket.id] = future
-        self._execute(self.scheduler.submit(ticket, self._clock()))
+        link = self.link
+        if link is not None and link.needs_take(ticket):
+            task = loop.create_task(self._take_then_submit(link, ticket))
+            self._takes.add(task)
+            task.add_done_callback(self._takes.discard)
+        else:
+            self._execute(self.scheduler.submit(ticket, self._clock()))
         return future
+
+    async def _take_then_submit(self, link: StoreLink, ticket: Ticket) -> None:
+        """Charge the tenant's rate limits in the store, then submit (or refuse with 429)."""
+        wait = await link.take(ticket)
+        future = self._waiters.get(ticket.id)
+        if future is None or future.done():  # the client left meanwhile
+            self._waiters.pop(ticket.id, None)
+            link.released(ticket.id, (0, 0), ended=True)
+            return
+        if wait is not None and wait > 0.0:
+            del self._waiters[ticket.id]
+            message = "tenant rate limit exceeded"
+            code = ErrorCode.RATE_LIMIT_EXCEEDED
+            future.set_result(Reject(ticket, 429, code, retry_wait_s(wait), message))
+            return
+        self._execute(self.scheduler.submit(ticket, self._clock()))
 
     def handle(self, ticket_id: TicketId) -> RunningHandle:
         """The handle of an admitted ticket (created on admission)."""
@@ -73,6 +119,10 @@ class SchedulerDriver:
         the engine gave the whole answer, even if a ``Preempt`` raced with it."""
         self._running.pop(ticket_id, None)
         decisions = self.scheduler.complete(ticket_id, usage, self._clock(), ran_to_end=ran_to_end)
+        if self.link is not None:
+            ended = self.scheduler.state_of(ticket_id) is None
+            served = (usage.prompt_tokens, usage.completion_tokens)
+            self.link.released(ticket_id, served, ended=ended)
         self._execute(decisions)
 
     def progress(self, ticket_id: TicketId, generated_tokens: int) -> None:
@@ -94,7 +144,10 @@ class SchedulerDriver:
         if future is not None and not future.done():
             future.cancel()
         self._running.pop(ticket_id, None)
-        self._execute(self.scheduler.cancel(ticket_id, self._clock()))
+        decisions = self.scheduler.cancel(ticket_id, self._clock())
+        if self.link is not None:
+            self.link.released(ticket_id, None, ended=True)
+        self._execute(decisions)
 
     def observe(self, stats: BackendStats) -> None:
         """Feed a health probe or metrics scrape to the scheduler."""
@@ -110,6 +163,7 @@ class SchedulerDriver:
                 if future is None or future.done():
                     # Its client left between the decision and now: give the slot back.
                     pending.extend(self.scheduler.cancel(tid, self._clock()))
+                    self._ended_unserved(tid)
                     continue
                 self._running[tid] = RunningHandle()
                 future.set_result(decision)
@@ -119,20 +173,50 @@ class SchedulerDriver:
                     future.set_result(decision)
                 if isinstance(decision, Expire) and self._on_expire is not None:
                     self._on_expire(decision)
+                self._ended_unserved(tid)
             elif isinstance(decision, Preempt):
                 running = self._running.get(tid)
                 if running is None:
                     pending.extend(self.scheduler.complete(tid, Usage(0, 0), self._clock()))
+                    if self.link is not None:
+                        ended = self.scheduler.state_of(tid) is None
+                        self.link.released(tid, (0, 0), ended=ended)
                     continue
                 running.preempt = decision
                 if running.on_preempt is not None:
                     running.on_preempt(decision)
             elif isinstance(decision, Reserve):
-                # The in-memory store grants global slots at once.
-                pending.extend(self.scheduler.grant(tid, self._clock()))
+                assert self.link is not None, "Reserve comes only in distributed mode"
+                self.link.offer(decision)
             elif isinstance(decision, Queued):
                 continue
         self._arm_timer()
+
+    def _ended_unserved(self, ticket_id: TicketId) -> None:
+        if self.link is not None:
+            self.link.released(ticket_id, (0, 0), ended=True)
+
+    # ------------------------------------------------------------------ store link calls
+
+    def granted(self, model: str, ticket_id: TicketId) -> None:
+        """The store granted a global slot: admit the ticket, or give the slot back."""
+        decisions = self.scheduler.grant(ticket_id, self._clock())
+        if not decisions or not isinstance(decisions[0], Admit):
+            assert self.link is not None
+            self.link.give_back(model, ticket_id)
+        self._execute(decisions)
+
+    def store_lost(self, *, fail_open: bool, share: float, limiter: TenantRateLimiter) -> None:
+        """The store failed: admit locally at ``share`` of the limits, or close."""
+        now = self._clock()
+        decisions = self.scheduler.lose_store(
+            now, fail_open=fail_open, share=share, rate_limiter=limiter
+        )
+        self._execute(decisions)
+
+    def store_restored(self) -> None:
+        """The store is back: every queued ticket is offered."""
+        self._execute(self.scheduler.use_store(self._clock()))
 
     def clock_jumped(self) -> None:
         """The clock moved ahead at once (a test's ``OffsetClock``): re-arm the timer at

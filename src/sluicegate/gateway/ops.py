@@ -130,7 +130,9 @@ class Ops:
                     ],
                 }
             )
-        return _json({"draining": scheduler.draining, "models": models})
+        link = self.state.link
+        store = {"kind": "memory"} if link is None else link.status()
+        return _json({"draining": scheduler.draining, "store": store, "models": models})
 
     async def admin_drain(self, request: Request) -> Response:
         """Stop admitting new requests; queued and running ones finish."""

@@ -10,10 +10,14 @@ from sluicegate.config import Config
 from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.spec import ModelSpec, TenantSpec
 from sluicegate.gateway.auth import KeyRing
-from sluicegate.gateway.clock import Clock
+from sluicegate.gateway.clock import Clock, wall_anchored_clock
 from sluicegate.gateway.driver import SchedulerDriver
 from sluicegate.gateway.metrics import GatewayMetrics
+from sluicegate.gateway.store_link import StoreLink
+from sluicegate.gateway.store_metrics import StoreMetrics
 from sluicegate.gateway.upstream import Upstream
+from sluicegate.store.keys import default_replica_id
+from sluicegate.store.redis_store import RedisStore
 
 ANONYMOUS = "anonymous"
 
@@ -56,8 +60,22 @@ class GatewayState:
             for backend in model.backends
         }
         self.scheduler = Scheduler(config.scheduler_spec())
-        self.driver = SchedulerDriver(self.scheduler, clock=clock)
+        self.link: StoreLink | None = None
+        if config.shared_store:
+            self.link = _store_link(config, self.scheduler, self._tenants)
+            if clock is time.monotonic:
+                # Queue orders compare times across replicas: read them on the wall clock.
+                clock = wall_anchored_clock()
+        self.driver = SchedulerDriver(self.scheduler, clock=clock, link=self.link)
         self.metrics = GatewayMetrics(self.scheduler, self._tenants, self.driver.now)
+        if self.link is not None:
+            link = self.link
+            link.metrics = StoreMetrics(
+                self.metrics.registry,
+                is_global=lambda: link.is_global,
+                replicas=lambda: link.replicas,
+                counts=lambda: link.counts,
+            )
         self.upstream = Upstream(connect_timeout_s=config.server.upstream_connect_timeout_s)
 
     def tenant_spec(self, tenant: str) -> TenantSpec:
@@ -76,3 +94,22 @@ class GatewayState:
     def backend_url(self, model: str, backend: str) -> str:
         """The configured base URL of a backend (never taken from a request)."""
         return self._urls[(model, backend)]
+
+
+def _store_link(
+    config: Config, scheduler: Scheduler, tenants: Mapping[str, TenantSpec]
+) -> StoreLink:
+    """The link to the shared store of ``config.store`` (distributed mode)."""
+    settings = config.distributed_settings
+
+    def open_store(replica: str) -> RedisStore:
+        return RedisStore(
+            config.store,
+            prefix=settings.key_prefix,
+            replica=replica,
+            lease_ttl_s=settings.lease_ttl_s,
+            timeout_s=settings.timeout_ms / 1000.0,
+        )
+
+    replica = settings.replica_id or default_replica_id()
+    return StoreLink(open_store, replica, settings, scheduler, tenants)

@@ -8,8 +8,8 @@ on the heap. The driver executes every decision the scheduler returns:
 * ``Admit`` → ``Engine.add_request`` on the chosen replica;
 * ``Preempt`` → ``Engine.abort``, then ``Scheduler.complete`` with the tokens produced;
   an abort drops any tokens still pending in the replica's in-flight step;
-* ``Reject`` / ``Expire`` → the request's outcome; ``Queued`` → nothing;
-* ``Reserve`` (distributed mode) → granted at once, as by an in-memory store.
+* ``Reject`` / ``Expire`` → the request's outcome; ``Queued`` → nothing (the simulator
+  runs one scheduler, never in distributed mode, so no ``Reserve`` comes).
 
 A request whose ``prompt + max_tokens`` the engine could never hold is never
 submitted (a gateway answers it 400 at once); its outcome is ``too_large``.
@@ -30,7 +30,6 @@ from sluicegate.core.decisions import (
     PreemptAction,
     Queued,
     Reject,
-    Reserve,
 )
 from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.spec import BackendSpec, SchedulerSpec
@@ -356,8 +355,6 @@ class _Simulation:
                 self.live.pop(decision.ticket.id).end(decision.outcome.value, now)
             elif isinstance(decision, Preempt):
                 queue.extend(self._preempt(decision, now))
-            elif isinstance(decision, Reserve):
-                queue.extend(self.scheduler.grant(decision.ticket.id, now))
 
     def _admit(self, decision: Admit, now: float) -> None:
         req = self.live[decision.ticket.id]

@@ -1,0 +1,190 @@
+"""The Redis store's own costs: round trip per call and Redis memory per waiting ticket.
+
+One private ``redis-server`` on loopback, one ``RedisStore`` (no gateway):
+
+1. Round trips: median and p99 over ``--calls`` calls of ``ping``, ``sync`` with 1
+   op (alternately an offer that is granted and the drop of that ticket), ``sync``
+   with 32 ops (16 offers granted, 16 drops of the previous call's tickets; in a
+   lane without fairness and in a ``vtc`` lane with 100 tenants),
+   ``take`` (a rate-limited tenant) and ``heartbeat`` (one model), and the
+   Redis CPU per call (``INFO commandstats``: the ``usec`` of ``EVALSHA`` and ``PING``).
+2. Memory: ``MEMORY USAGE`` (all elements) summed over the model's keys, and
+   ``INFO memory`` ``used_memory``, before and after ``--waiting`` tickets wait
+   behind a full model; per waiting ticket, for a lane without fairness and a
+   1-float order (fifo), and for a ``vtc`` lane with 100 tenants and a 3-float
+   order (priority-like). Replica ids are 32 characters, ticket ids 16.
+
+    python benchmarks/bench_store_rtt.py [--calls 1000] [--waiting 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import redis.asyncio as aioredis
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.store.redis_server import running_redis
+
+from sluicegate.store.redis_store import RedisStore
+from sluicegate.store.types import (
+    Drop,
+    LaneLimits,
+    ModelLimits,
+    Offer,
+    TenantRates,
+)
+
+REPLICA = "gateway-7f9c8d6b5-x2k4q-1234.1"
+RATES = TenantRates("bench", 1e9, 1e9, 1e12, 1e12)
+_TOP_LEVEL = ("evalsha", "ping")
+
+
+def _ticket(number: int) -> str:
+    return f"{number:016x}"
+
+
+async def _timed(
+    client: aioredis.Redis, call: Callable[[], Awaitable[object]], calls: int
+) -> tuple[float, float, float]:
+    """Median and p99 round trip (ms) and Redis CPU per call (µs, from its command stats)."""
+    for _ in range(min(100, calls)):
+        await call()
+    await client.config_resetstat()
+    samples = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        await call()
+        samples.append(time.perf_counter() - started)
+    stats = await client.info("commandstats")
+    # Only the top-level commands: a script's own calls are counted again under their names.
+    busy_us = sum(int(stats.get(f"cmdstat_{name}", {}).get("usec", 0)) for name in _TOP_LEVEL)
+    samples.sort()
+    median_ms = statistics.median(samples) * 1e3
+    return median_ms, samples[int(0.99 * (len(samples) - 1))] * 1e3, busy_us / calls
+
+
+async def _round_trips(
+    store: RedisStore, client: aioredis.Redis, calls: int
+) -> list[tuple[str, float, float, float]]:
+    limits = ModelLimits("m", 64, None, (LaneLimits("main", 64),))
+    counter = iter(range(10**9))
+    state: dict[str, list[str]] = {"held": []}
+
+    async def one_op() -> None:
+        if state["held"]:
+            await store.sync([(limits, [Drop(state["held"].pop())])])
+        else:
+            ticket = _ticket(next(counter))
+            await store.sync([(limits, [Offer(ticket, "main", "t", 1.0, (1.0,), 10, 30.0)])])
+            state["held"].append(ticket)
+
+    def thirty_two_ops(lanes: ModelLimits, tenants: int) -> Callable[[], Awaitable[None]]:
+        async def call() -> None:
+            fresh = [_ticket(next(counter)) for _ in range(16)]
+            ops: list[Offer | Drop] = [Drop(ticket) for ticket in state["held"]]
+            ops += [Drop(_ticket(10**12))] * (16 - len(ops))
+            ops += [
+                Offer(ticket, "main", f"t{int(ticket, 16) % tenants}", 1.0, (1.0,), 10, 30.0)
+                for ticket in fresh
+            ]
+            await store.sync([(lanes, ops)])
+            state["held"] = fresh
+
+        return call
+
+    fair = ModelLimits("f", 64, None, (LaneLimits("main", 64, fair=True),))
+    cases: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+        ("ping", store.ping),
+        ("sync, 1 op", one_op),
+        ("sync, 32 ops", thirty_two_ops(limits, 1)),
+        ("sync, 32 ops, vtc x100", thirty_two_ops(fair, 100)),
+        ("take", lambda: store.take(RATES, 100)),
+        ("heartbeat, 1 model", lambda: store.heartbeat(["m"])),
+    ]
+    rows = []
+    for name, call in cases:
+        state["held"] = []
+        rows.append((name, *await _timed(client, call, calls)))
+    return rows
+
+
+async def _model_bytes(client: aioredis.Redis, model: str) -> tuple[int, int]:
+    total = 0
+    async for key in client.scan_iter(match=f"{{sluicegate:{model}}}*", count=1000):
+        total += int(await client.memory_usage(key, samples=0) or 0)
+    info = await client.info("memory")
+    return total, int(info["used_memory"])
+
+
+async def _memory(
+    store: RedisStore, client: aioredis.Redis, waiting: int
+) -> list[tuple[str, float, float]]:
+    cases = [
+        ("fifo", False, 1, 1),
+        ("vtc, 100 tenants, 3-float order", True, 3, 100),
+    ]
+    rows = []
+    for name, fair, floats, tenants in cases:
+        model = f"mem-{len(rows)}"
+        limits = ModelLimits(model, 1, None, (LaneLimits("main", 1, fair=fair),))
+        await store.sync([(limits, [Offer("f" * 16, "main", "t0", 1.0, (0.0,) * floats, 1, 1.0)])])
+        keys_before, used_before = await _model_bytes(client, model)
+        for start in range(0, waiting, 500):
+            ops = [
+                Offer(
+                    _ticket(number),
+                    "main",
+                    f"tenant-{number % tenants:03d}",
+                    1.0,
+                    (1.7e9 + number * 1e-3,) * floats,
+                    700,
+                    2100.0,
+                )
+                for number in range(start, min(waiting, start + 500))
+            ]
+            await store.sync([(limits, ops)])
+        keys_after, used_after = await _model_bytes(client, model)
+        rows.append(
+            (name, (keys_after - keys_before) / waiting, (used_after - used_before) / waiting)
+        )
+    return rows
+
+
+async def _main(url: str, calls: int, waiting: int) -> None:
+    store = RedisStore(url, replica=REPLICA, timeout_s=1.0)
+    await store.connect()
+    client = aioredis.Redis.from_url(url)
+    try:
+        print(f"round trips on loopback, {calls} calls each")
+        print(f"{'call':<26}{'median ms':>10}{'p99 ms':>10}{'Redis CPU µs':>14}")
+        for name, median, p99, busy_us in await _round_trips(store, client, calls):
+            print(f"{name:<26}{median:>10.3f}{p99:>10.3f}{busy_us:>14.1f}")
+        print(f"\nRedis memory per waiting ticket, {waiting} waiting (bytes)")
+        print(f"{'case':<36}{'MEMORY USAGE':>14}{'used_memory':>14}")
+        for name, by_keys, by_info in await _memory(store, client, waiting):
+            print(f"{name:<36}{by_keys:>14.0f}{by_info:>14.0f}")
+    finally:
+        await client.aclose()
+        await store.close()
+
+
+def main() -> None:
+    """Parse the arguments, start a private redis-server and print both tables."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument("--waiting", type=int, default=10_000)
+    args = parser.parse_args()
+    with running_redis() as server:
+        asyncio.run(_main(server.url, args.calls, args.waiting))
+
+
+if __name__ == "__main__":
+    main()

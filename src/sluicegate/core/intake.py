@@ -1,0 +1,125 @@
+"""A ticket's bookkeeping on the way in and what its end teaches.
+
+``refuse_early`` refuses a ticket before anything is set up for it (draining,
+store closed, no healthy backend, rate limit); ``new_entry`` derives what the
+scheduler keeps about a new ticket; ``offer`` is
+what distributed mode sends the store about a queued one; ``learn`` feeds a
+finished request to the model's predictor and adaptive limit.
+"""
+
+from __future__ import annotations
+
+from sluicegate.core.decisions import ErrorCode, Reject, Reserve
+from sluicegate.core.entry import Entry
+from sluicegate.core.fair_queue import VTC_INPUT_WEIGHT, VTC_OUTPUT_WEIGHT
+from sluicegate.core.limits.feedback import report_outcome
+from sluicegate.core.ratelimit import TenantRateLimiter
+from sluicegate.core.retry import retry_wait_s
+from sluicegate.core.runtime import LaneRuntime, ModelRuntime
+from sluicegate.core.ticket import Feedback, Ticket, Usage
+
+
+def new_entry(
+    model: ModelRuntime, lane: LaneRuntime, ticket: Ticket, now: float, *, seq: int, shared: bool
+) -> Entry:
+    """The scheduler's bookkeeping for a ticket that just arrived: its predicted service,
+    deadline, token costs and when it leaves the queue (queue timeout, or its latest start
+    in a shedding lane). ``shared``: distributed mode, where the store charges the
+    tenant's rate limits (nothing is charged locally, so nothing is refunded)."""
+    predictor = model.predictor
+    predicted = ticket.predicted_output_tokens
+    if predicted is None:
+        predicted = predictor.predict_output(ticket.lane, ticket.max_tokens)
+    prefill_s = predictor.prefill_s(ticket.prompt_tokens)
+    per_token_s = predictor.decode_s_per_token()
+    deadline = ticket.deadline
+    if deadline is None:
+        deadline = ticket.arrival + lane.spec.slo_ms / 1000.0
+    service_s = prefill_s + predicted * per_token_s
+    expire_at = now + lane.spec.queue_timeout_s
+    # A shedding lane never runs a ticket that can no longer meet its deadline: later
+    # arrivals that overtake it (tighter deadlines) would make it late and waste the slot.
+    latest_start = deadline - service_s
+    hopeless_first = lane.spec.shed_hopeless and latest_start < expire_at
+    return Entry(
+        ticket=ticket,
+        seq=seq,
+        deadline=deadline,
+        predicted_output_tokens=predicted,
+        prefill_s=prefill_s,
+        decode_s_per_token=per_token_s,
+        service_s=service_s,
+        cost_tokens=ticket.prompt_tokens + predicted,
+        expire_at=latest_start if hopeless_first else expire_at,
+        expires_hopeless=hopeless_first,
+        # Charged by the store in distributed mode: the driver refunds it there.
+        charged_tokens=0 if shared else ticket.prompt_tokens + ticket.max_tokens,
+    )
+
+
+def offer(lane: LaneRuntime, entry: Entry) -> Reserve:
+    """The ``Reserve`` offering queued ``entry`` of ``lane`` to the shared store."""
+    ticket = entry.ticket
+    charge = (
+        VTC_INPUT_WEIGHT * ticket.prompt_tokens + VTC_OUTPUT_WEIGHT * entry.predicted_output_tokens
+    )
+    return Reserve(ticket, lane.order(entry), entry.cost_tokens, charge)
+
+
+def learn(model: ModelRuntime, entry: Entry, usage: Usage, now: float) -> None:
+    """Feed a finished, not preempted, request to the predictor and the limit.
+
+    The predictor learns only from answers the engine gave in full (``Feedback.SAMPLE``):
+    a client's 4xx, a disconnect or an engine's 429 says nothing about output lengths.
+    """
+    ticket = entry.ticket
+    if usage.limit_feedback is Feedback.SAMPLE:
+        model.predictor.observe(
+            lane=ticket.lane,
+            max_tokens=ticket.max_tokens,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            ttft_s=usage.ttft_s,
+            duration_s=now - entry.admitted_at,
+        )
+    if model.limit is not None:
+        report_outcome(
+            model.limit, usage, elapsed_s=now - entry.admitted_at, inflight=model.running + 1
+        )
+
+
+def refuse_early(
+    model: ModelRuntime,
+    ticket: Ticket,
+    now: float,
+    *,
+    draining: bool,
+    closed: bool,
+    rate: TenantRateLimiter | None,
+) -> Reject | None:
+    """Why ``ticket`` is refused before it is queued, or ``None``: the gateway drains, the
+    shared store is down and the gateway fails closed, no backend is healthy, or its
+    tenant's rate limit (``rate``; ``None`` when the store charged it) is exhausted."""
+    if draining:
+        return reject(ticket, 503, ErrorCode.DRAINING, 5.0, "gateway is draining")
+    if closed:
+        message = "the shared store is unavailable"
+        return reject(ticket, 503, ErrorCode.STORE_UNAVAILABLE, 1.0, message)
+    if not model.any_healthy(now):
+        reopen = [b.circuit.reopen_at() for b in model.backends]
+        soonest = min((t for t in reopen if t is not None), default=now + 5.0)
+        return reject(
+            ticket, 503, ErrorCode.NO_HEALTHY_BACKEND, soonest - now, "no healthy backend"
+        )
+    if rate is None:
+        return None
+    wait = rate.try_acquire(ticket.tenant, ticket.prompt_tokens + ticket.max_tokens, now)
+    if wait > 0.0:
+        message = "tenant rate limit exceeded"
+        return reject(ticket, 429, ErrorCode.RATE_LIMIT_EXCEEDED, wait, message)
+    return None
+
+
+def reject(ticket: Ticket, status: int, code: ErrorCode, wait_s: float, message: str) -> Reject:
+    """A ``Reject`` whose retry-after is ``wait_s`` rounded as clients are told it."""
+    return Reject(ticket, status, code, retry_wait_s(wait_s), message)

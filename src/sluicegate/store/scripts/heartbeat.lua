@@ -1,0 +1,12 @@
+-- ARGV: replica, lease_ttl_ms. Refreshes the replica's liveness, reaps replicas whose
+-- expiry is more than one TTL past, returns the number of live replicas.
+local replica, ttl = ARGV[1], tonumber(ARGV[2])
+local now = now_ms()
+local replicas_key = base .. 'replicas'
+redis.call('ZADD', replicas_key, now + ttl, replica)
+for _, dead in ipairs(redis.call('ZRANGEBYSCORE', replicas_key, '-inf', '(' .. fmt(now - ttl))) do
+  withdraw_all(dead)
+  redis.call('DEL', base .. 'lease:' .. dead, base .. 'held:' .. dead, base .. 'grants:' .. dead)
+  redis.call('ZREM', replicas_key, dead)
+end
+return redis.call('ZCOUNT', replicas_key, now, '+inf')

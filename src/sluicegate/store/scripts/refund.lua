@@ -1,0 +1,19 @@
+-- KEYS[1]: the tenant's bucket hash. ARGV: tokens_per_s, burst_tokens, tokens (> 0).
+-- Gives tokens back to the token bucket, capped at its burst (TokenBucket.refund). A
+-- missing bucket is full; the key's expiry stays, as a refund only shortens the refill.
+local rate, burst, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local state = redis.call('HMGET', KEYS[1], 'tl', 'tt')
+if state[1] == false then return 0 end
+local time = redis.call('TIME')
+local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
+local level, last = tonumber(state[1]), tonumber(state[2])
+local elapsed = now - last
+if elapsed > 0 then
+  last = now
+  level = level + elapsed * rate
+  if level >= burst then level = burst end
+end
+level = level + tokens
+if level >= burst then level = burst end
+redis.call('HSET', KEYS[1], 'tl', string.format('%.17g', level), 'tt', string.format('%.17g', last))
+return 1

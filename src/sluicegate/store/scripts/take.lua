@@ -1,0 +1,66 @@
+-- KEYS[1]: the tenant's bucket hash. ARGV: requests_per_s ('' for none), burst_requests,
+-- tokens_per_s ('' for none), burst_tokens, tokens. TokenBucket/TenantRateLimiter of
+-- core/ratelimit.py on Redis time: returns the wait in seconds as a string, "0" when taken.
+local SLACK_S = 1e-6
+local time = redis.call('TIME')
+local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
+local state = redis.call('HMGET', KEYS[1], 'rl', 'rt', 'tl', 'tt')
+
+local function refill(level, last, rate, burst)
+  if level == false then return burst, now end
+  level, last = tonumber(level), tonumber(last)
+  local elapsed = now - last
+  if elapsed > 0 then
+    last = now
+    level = level + elapsed * rate
+    if level >= burst then level = burst end
+  end
+  return level, last
+end
+
+local function wait_time(amount, level, rate, burst)
+  local need = amount
+  if need >= burst then need = burst end
+  local deficit = need - level
+  if deficit <= rate * SLACK_S then return 0 end
+  return deficit / rate
+end
+
+local request_rate, token_rate = tonumber(ARGV[1]), tonumber(ARGV[3])
+local request_burst, token_burst = tonumber(ARGV[2]), tonumber(ARGV[4])
+local tokens = tonumber(ARGV[5])
+local wait, refill_s = 0, 0
+local fields = {}
+local request_level, request_last, token_level, token_last
+if request_rate then
+  request_level, request_last = refill(state[1], state[2], request_rate, request_burst)
+  wait = wait_time(1, request_level, request_rate, request_burst)
+end
+if token_rate then
+  token_level, token_last = refill(state[3], state[4], token_rate, token_burst)
+  local token_wait = wait_time(tokens, token_level, token_rate, token_burst)
+  if token_wait > wait then wait = token_wait end
+end
+if wait == 0 then
+  if request_rate then request_level = request_level - 1 end
+  if token_rate then token_level = token_level - tokens end
+end
+if request_rate then
+  fields[#fields + 1] = 'rl'
+  fields[#fields + 1] = string.format('%.17g', request_level)
+  fields[#fields + 1] = 'rt'
+  fields[#fields + 1] = string.format('%.17g', request_last)
+  refill_s = (request_burst - request_level) / request_rate
+end
+if token_rate then
+  fields[#fields + 1] = 'tl'
+  fields[#fields + 1] = string.format('%.17g', token_level)
+  fields[#fields + 1] = 'tt'
+  fields[#fields + 1] = string.format('%.17g', token_last)
+  local token_refill_s = (token_burst - token_level) / token_rate
+  if token_refill_s > refill_s then refill_s = token_refill_s end
+end
+redis.call('HSET', KEYS[1], unpack(fields))
+-- Once refilled to the burst the state equals a fresh (full) bucket's, so it may expire then.
+redis.call('PEXPIRE', KEYS[1], math.ceil(refill_s * 1000) + 1000)
+return string.format('%.17g', wait)

@@ -1,0 +1,170 @@
+"""What the gateway and the shared store exchange: plain data, no I/O.
+
+The driver sends, per model and per flush, the model's limits as this replica
+sees them and a list of operations (``Offer``, ``Drop``, ``Refund``); the store
+answers with the tickets of this replica it granted and a snapshot of the
+model's global counts (``SyncResult``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class LaneLimits:
+    """One lane as the store's admission sees it (lanes are sent in configuration order).
+
+    Attributes:
+        name: the lane.
+        cap: the lane's ``max_concurrency``; enforced globally unless ``borrow``.
+        borrow: the lane may borrow, so only the model's cap bounds it globally.
+        fair: the lane has ``vtc`` fairness: its waiting tickets are served by the
+            tenants' global virtual token counters, then by order within a tenant.
+    """
+
+    name: str
+    cap: int
+    borrow: bool = False
+    fair: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLimits:
+    """A model's global limits, as sent with every sync.
+
+    Attributes:
+        model: the model.
+        cap: effective model-wide concurrency (the configured cap or this replica's
+            adaptive limit).
+        token_budget: the in-flight token budget, or ``None`` for none.
+        lanes: the lanes, in configuration order (the order the store serves them).
+    """
+
+    model: str
+    cap: int
+    token_budget: int | None
+    lanes: tuple[LaneLimits, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """A ticket of this replica waits for a global slot.
+
+    Attributes:
+        ticket: the ticket id (unique within this replica).
+        lane: its lane.
+        tenant: its tenant.
+        weight: the tenant's fair-share weight.
+        order: the lane ordering's key (smaller served first; compared
+            lexicographically across replicas, so its times must be wall-clock
+            based).
+        cost_tokens: what it charges the model's in-flight token budget.
+        vtc_charge: what admission adds to its tenant's virtual token counter
+            before division by the weight (prompt + 2 × predicted output).
+    """
+
+    ticket: str
+    lane: str
+    tenant: str
+    weight: float
+    order: tuple[float, ...]
+    cost_tokens: int
+    vtc_charge: float
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """A ticket of this replica left: withdraw it from the waiting set, release its lease.
+
+    Idempotent: dropping an unknown ticket does nothing.
+
+    Attributes:
+        ticket: the ticket id.
+        vtc_correction: added to its tenant's counter (before division by the
+            weight) if it held a lease: what it was really served minus ``vtc_charge``.
+    """
+
+    ticket: str
+    vtc_correction: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRates:
+    """A tenant's rate limits, with the same meaning as in ``core/ratelimit.py``.
+
+    Attributes:
+        tenant: the tenant.
+        requests_per_s: request bucket rate, or ``None`` for no request limit.
+        burst_requests: request bucket size.
+        tokens_per_s: token bucket rate (``tokens_per_min / 60``), or ``None``.
+        burst_tokens: token bucket size.
+    """
+
+    tenant: str
+    requests_per_s: float | None
+    burst_requests: float
+    tokens_per_s: float | None
+    burst_tokens: float
+
+
+@dataclass(frozen=True, slots=True)
+class Refund:
+    """Give ``tokens`` back to the tenant's token bucket (capped at its burst)."""
+
+    rates: TenantRates
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A running ticket of this replica, written back by ``resync`` after the store returns.
+
+    Attributes:
+        ticket: the ticket id.
+        lane: its lane.
+        tenant: its tenant.
+        weight: the tenant's weight.
+        cost_tokens: its share of the in-flight token budget.
+    """
+
+    ticket: str
+    lane: str
+    tenant: str
+    weight: float
+    cost_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalCounts:
+    """A model's counts across every live replica.
+
+    Attributes:
+        running: tickets holding a global slot.
+        inflight_tokens: their summed ``cost_tokens``.
+        waiting: tickets in the global waiting sets.
+        replicas: live replicas.
+        lanes_running: running tickets per lane.
+        lanes_waiting: waiting tickets per lane.
+    """
+
+    running: int
+    inflight_tokens: int
+    waiting: int
+    replicas: int
+    lanes_running: dict[str, int] = field(default_factory=dict)
+    lanes_waiting: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    """The store's answer to one sync of one model.
+
+    Attributes:
+        granted: tickets of this replica granted a global slot by this sync
+            (grants to other replicas reach them through their grant lists).
+        counts: the model's global counts after the sync.
+    """
+
+    granted: tuple[str, ...]
+    counts: GlobalCounts
