@@ -245,8 +245,7 @@ class StoreLink(LinkLifecycle):
         if self.mode is not LinkMode.GLOBAL:
             return
         self._outbox.setdefault(model, []).append(op)
-        if self._flushing is None and not self._resyncing:
-            self._flushing = self._spawn(self._flush())
+        self._release_offers()
 
     def _limits(self, model: str) -> ModelLimits:
         cap, budget = self._scheduler.capacity(model)
