@@ -176,3 +176,37 @@ def test_memory_store_state_says_so() -> None:
     with engine_server() as engine, gateway_at([engine.port]) as gateway:
         reply = http_call(gateway.base_url, "GET", "/admin/state", key=ADMIN_KEY)
         assert reply.json()["store"] == {"kind": "memory"}
+
+
+def test_a_large_outbox_goes_in_syncs_of_at_most_256_ops_in_order() -> None:
+    """Thousands of offers (a rejoin with a long queue) are sent in several round trips of
+    at most ``MAX_OPS_PER_SYNC`` operations, each model's in the order they were sent."""
+    from sluicegate.config import parse_config
+    from sluicegate.core.scheduler import Scheduler
+    from sluicegate.gateway.store_link import StoreLink
+    from sluicegate.gateway.store_modes import MAX_OPS_PER_SYNC
+    from sluicegate.store.redis_store import RedisStore
+    from sluicegate.store.types import Drop
+
+    config = parse_config("models: [{name: m1}, {name: m2}]\nstore: redis://127.0.0.1:1/0\n")
+    link = StoreLink(
+        lambda replica: RedisStore(config.store, replica=replica),
+        "gw",
+        config.distributed_settings,
+        Scheduler(config.scheduler_spec()),
+        {},
+    )
+    sent = {
+        model: [Drop(f"{model}-{i}") for i in range(n)] for model, n in (("m1", 400), ("m2", 200))
+    }
+    link._outbox = {model: list(ops) for model, ops in sent.items()}
+    received: dict[str, list[object]] = {"m1": [], "m2": []}
+    sizes = []
+    while link._outbox:
+        batch = link._next_batch()
+        sizes.append(sum(len(ops) for _, ops in batch))
+        for model, ops in batch:
+            received[model] += ops
+    assert MAX_OPS_PER_SYNC == 256
+    assert sizes == [256, 256, 88]
+    assert received == sent

@@ -118,3 +118,15 @@ async def test_live_replicas_lists_the_ids_live_in_any_model(redis_url: str) -> 
         assert await c.live_replicas([]) == set()
         await asyncio.sleep(TTL_S + 0.05)
         assert await c.live_replicas([MODEL, "other"]) == {"b.1", "c.2"}
+
+
+async def test_one_fill_drops_at_most_128_waiters_of_dead_replicas(redis_url: str) -> None:
+    """A replica died with 300 better-ordered waiters: each fill drops at most 128 of them
+    (one sync stays short), so B's waiter is granted by the third sync, not the first."""
+    async with connected_stores(redis_url, "a", "b", lease_ttl_s=TTL_S) as (a, b):
+        dead = [offer(f"a{i}", (float(i),)) for i in range(300)]
+        await a.sync([(model_limits(1), [offer("a-run", (-1.0,)), *dead])])
+        await b.sync([(model_limits(1), [offer("b-wait", (1000.0,))])])
+        await asyncio.sleep(TTL_S + 0.05)
+        grants = [(await b.sync([(model_limits(1), [])]))[0].granted for _ in range(3)]
+        assert grants == [(), (), ("b-wait",)]

@@ -38,6 +38,7 @@ from sluicegate.core.ticket import Ticket, TicketId
 from sluicegate.gateway.store_lifecycle import LinkLifecycle
 from sluicegate.gateway.store_metrics import StoreMetrics
 from sluicegate.gateway.store_modes import (
+    MAX_OPS_PER_SYNC,
     LinkMode,
     StoreClient,
     tenant_rates,
@@ -256,8 +257,7 @@ class StoreLink(LinkLifecycle):
         try:
             while self._outbox and self.mode is LinkMode.GLOBAL and not self._resyncing:
                 # A model with an empty list of ops still fills (the heartbeat's tick).
-                outbox, self._outbox = self._outbox, {}
-                batches = [(self._limits(model), ops) for model, ops in outbox.items()]
+                batches = [(self._limits(model), ops) for model, ops in self._next_batch()]
                 started = time.perf_counter()
                 try:
                     results = await self.store.sync(batches)
@@ -273,6 +273,24 @@ class StoreLink(LinkLifecycle):
                         client.granted(limits.model, TicketId(ticket_id))
         finally:
             self._flushing = None
+
+    def _next_batch(self) -> list[tuple[str, list[Offer | Drop | Refund]]]:
+        """Take the next round trip's ops out of the outbox: all of them, up to
+        ``MAX_OPS_PER_SYNC`` (thousands of offers after a rejoin go in several syncs, each
+        well inside the timeout), in the order they were sent."""
+        batch: list[tuple[str, list[Offer | Drop | Refund]]] = []
+        room = MAX_OPS_PER_SYNC
+        for model in list(self._outbox):
+            ops = self._outbox[model]
+            if room <= 0 and ops:
+                break
+            batch.append((model, ops[:room]))
+            if len(ops) > room:
+                self._outbox[model] = ops[room:]
+            else:
+                del self._outbox[model]
+            room -= len(ops)
+        return batch
 
     def _leases(self, model: str) -> list[Lease]:
         running = self._scheduler.running(model)

@@ -18,6 +18,8 @@ HEARTBEAT_MAX_S = 0.5
 when shorter."""
 REJOIN_POLL_S = 0.05
 """How often a returning replica checks whether the others have rejoined."""
+MAX_OPS_PER_SYNC = 256
+"""Most operations one sync round trip carries (about 10 ms of Lua at the worst)."""
 GRANT_BLOCK_S = 1.0
 """How long one blocking pop of the grant lists waits."""
 

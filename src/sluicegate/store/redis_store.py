@@ -60,6 +60,7 @@ tenants: ``MEMORY USAGE`` over 10,000 waiting tickets); a running one about 110
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from collections.abc import Awaitable, Sequence
 from importlib import resources
@@ -173,11 +174,14 @@ class RedisStore:
             script.sha = sha
 
     async def close(self) -> None:
-        """Close both clients (idempotent); ``connect`` may be called again afterwards."""
-        for client in (self._client, self._listener):
-            if client is not None:
-                await client.aclose()
+        """Close both clients (idempotent, never raises: a store that stopped answering
+        cannot refuse a close); ``connect`` may be called again afterwards."""
+        clients = (self._client, self._listener)
         self._client = self._listener = None
+        for client in clients:
+            if client is not None:
+                with contextlib.suppress(*_STORE_ERRORS):
+                    await asyncio.wait_for(client.aclose(), self._timeout_s)
 
     def _main(self) -> Redis:
         if self._client is None:

@@ -159,13 +159,19 @@ local function least_served(backlog, counters)
   return best
 end
 
+-- Waiters of dead replicas met on the way are dropped, at most DEAD_PER_FILL per fill (a
+-- replica that died with thousands waiting must not make one sync outlast its timeout;
+-- the heartbeat's reaping and later fills take the rest).
+local DEAD_PER_FILL = 128
+local dead_dropped = 0
 for _, lane in ipairs(lanes) do
+  if dead_dropped >= DEAD_PER_FILL then break end
   local limit = cap
   if not lane.borrow and lane.cap < cap then limit = lane.cap end
   local lane_run = lane_running[lane.name] or 0
   local state = nil
   if lane.fair then state = fair_state(lane.name) end
-  while running < cap and lane_run < limit do
+  while running < cap and lane_run < limit and dead_dropped < DEAD_PER_FILL do
     local queue, member = nil, nil
     if state then
       local tenant = least_served(state.backlog, state.counters)
@@ -188,10 +194,12 @@ for _, lane in ipairs(lanes) do
       local packed = redis.call('HGET', base .. 'wait:' .. owner, ticket)
       if not packed then
         redis.call('ZREM', queue, member)
+        dead_dropped = dead_dropped + 1
       else
         local _, tenant, cost, weight, charge = cmsgpack.unpack(packed)
         if live[owner] and budget >= 0 and running > 0 and tokens + cost > budget then break end
         leave(owner, ticket, packed)
+        if not live[owner] then dead_dropped = dead_dropped + 1 end
         if live[owner] then
           if state then
             local before = counter(state, lane.name, tenant)
