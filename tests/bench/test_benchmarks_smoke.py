@@ -142,3 +142,42 @@ def test_scale_smoke_keeps_the_queue_parked_and_measures_cost(tmp_path: Path) ->
         assert number(row["ok"]) == number(row["requests"]) > 0, row
         assert 0 < number(row["net µs/req"]) < 1e5, row
         assert number(row["1-core req/s"]) > 0, row
+
+
+@pytest.mark.slow
+def test_distributed_smoke_serves_everything_and_keeps_the_cap(tmp_path: Path) -> None:
+    """Every latency request of every target succeeded and each gateway's CPU per request
+    is positive; a Redis-mode gateway that never fell back made at least one store round
+    trip per request, and the rate-limited tenant's at least half a round trip more (its
+    ``take``); every hand-off variant timed some hand-offs while the cap-1 engine never
+    ran two requests at once; all 200 parked tickets waited in Redis's sorted set."""
+    _, text = run_smoke("bench_distributed.py", tmp_path)
+    body = section(text, "bench_distributed")
+    title = "Added latency and CPU per request, one gateway each (per-target open-loop rate)"
+    rows = {row["target"]: row for row in table(body, title)}
+    assert set(rows) == {"direct", "memory", "redis", "redis + rate limit"}
+    for name, row in rows.items():
+        assert number(row["ok"]) == 100, row
+        assert number(row["errors"]) == 0, row
+        if name != "direct":
+            assert number(row["gateway CPU µs/req"]) > 0, row
+    redis, limited = rows["redis"], rows["redis + rate limit"]
+    if number(redis["store fallbacks"]) == 0 == number(limited["store fallbacks"]):
+        assert number(redis["store round trips/req"]) >= 1.0, redis
+        trips = number(limited["store round trips/req"])
+        assert trips >= number(redis["store round trips/req"]) + 0.5, limited
+    grants = table(
+        body,
+        "Grant latency: slot freed by A → queued B admitted (client clock); "
+        "engine `h`'s most requests running at once: 1 (cap 1)",
+    )
+    assert [row["variant"] for row in grants] == [
+        "memory, one gateway",
+        "redis, same replica",
+        "redis, across replicas",
+    ]
+    for row in grants:
+        assert number(row["hand-offs"]) > 0, row
+    (parked,) = table(body, "Redis memory per waiting ticket (INFO memory used_memory)")
+    assert number(parked["parked"]) == 200 == number(parked["in the lane's sorted set"]), parked
+    assert number(parked["bytes per sorted-set entry"]) > 0, parked
