@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lint typecheck test test-compiled test-fast demo bench bench-micro clean
+.PHONY: install system-deps lint typecheck test test-compiled test-fast demo bench bench-micro clean
 
 ENGINE_STAMP := $(VENV)/.installed-engine
 
@@ -23,6 +23,23 @@ $(ENGINE_STAMP): $(STAMP)
 
 install: $(STAMP)
 
+# redis-server for the distributed-mode tests (each test starts its own on a free port).
+# Installed from Debian's packages when missing (CI runs as root, no stdin); a policy-rc.d
+# that exits 101 keeps the package from starting a system Redis. A no-op when present.
+system-deps:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" != 0 ]; then \
+	    echo "redis-server is missing: install it (Debian/Ubuntu: sudo apt-get install redis-server)," \
+	      "or run make as root to have it installed" >&2; exit 1; \
+	  fi; \
+	  policy=/usr/sbin/policy-rc.d; made=; \
+	  if [ ! -e $$policy ]; then printf '#!/bin/sh\nexit 101\n' >$$policy && chmod +x $$policy && made=1; fi; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -q redis-server </dev/null \
+	    || { apt-get update -q </dev/null && apt-get install -y -q redis-server </dev/null; }; \
+	  status=$$?; [ -z "$$made" ] || rm -f $$policy; exit $$status; \
+	}
+
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks fuzz
 	$(BIN)/ruff format --check src tests benchmarks fuzz
@@ -31,7 +48,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck $(ENGINE_STAMP)
+test: system-deps lint typecheck $(ENGINE_STAMP)
 	$(BIN)/pytest
 	$(MAKE) test-compiled
 
@@ -44,7 +61,7 @@ test-compiled: $(STAMP)
 	PYTHONPATH=build/mypyc/src $(BIN)/pytest -q -p no:cacheprovider tests/core
 
 # Everything but the real-engine tests; needs no llama.cpp build.
-test-fast: $(STAMP)
+test-fast: system-deps $(STAMP)
 	$(BIN)/pytest -x -q -m "not realengine"
 
 demo: $(STAMP)
