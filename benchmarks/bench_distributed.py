@@ -70,6 +70,7 @@ from distributed_throughput import ceiling_grid, fmt, ratio, steps_grid, through
 from livestack import (
     LiveStack,
     Process,
+    fast_loop,
     live_stack,
     raise_open_files,
     wide_console,
@@ -347,14 +348,6 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark, print the tables, optionally write them into Markdown."""
     args = _arguments(argv)
@@ -363,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     with running_redis() as redis, live_stack(console, "sluicegate-distributed-") as stack:
         with console.status("starting Redis, 2 engines and 8 gateways…"):
             bench = start(stack, redis)
-        with asyncio.Runner(loop_factory=_loop) as runner:
+        with asyncio.Runner(loop_factory=fast_loop) as runner:
             grids = runner.run(run(bench, args, console))
     notes = [
         "Engines: model `m` on the `instant` preset, caps 256 (nothing queues: the gateway "

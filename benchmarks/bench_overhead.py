@@ -53,6 +53,7 @@ import numpy as np
 import orjson
 from rich.console import Console
 
+from livestack import fast_loop
 from mdsection import write_section
 from sluicegate.bench.loadgen import (
     LoadResult,
@@ -601,14 +602,6 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _fast_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark, print the tables and bars, optionally write them into Markdown."""
     args = _arguments(argv)
@@ -628,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
             grids, deltas = asyncio.run(latencies(urls, args, console))
             console.print("saturation probe:")
             fast = args.generator == "lean"
-            with asyncio.Runner(loop_factory=_fast_loop if fast else None) as runner:
+            with asyncio.Runner(loop_factory=fast_loop if fast else None) as runner:
                 steps, probes = runner.run(saturation(urls, args, console))
     grids += [ceiling_grid(steps, probes), steps_grid(steps)]
     bars = overhead_bars(deltas, steps, probes)

@@ -10,6 +10,7 @@ ports, stopped on exit, logs printed if one fails to start). Their tables are
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import datetime as dt
 import math
@@ -277,3 +278,12 @@ def write_report(
         lines += markdown(grid)
     write_section(args.write, section, "\n".join(lines).rstrip("\n"))
     out.print(f"wrote {args.write}")
+
+
+def fast_loop() -> asyncio.AbstractEventLoop:
+    """A uvloop event loop when uvloop is installed (as the gateway runs), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
