@@ -89,8 +89,8 @@ def test_redis_store_urls_are_accepted(store: str) -> None:
     """Redis (and Valkey) URLs select distributed mode, with the ``distributed:`` defaults."""
     config = parse_config(f'models: [{{name: m}}]\nstore: "{store}"\n')
     assert config.shared_store
-    assert config.distributed_settings.on_store_failure == "fail_open"
-    assert config.distributed_settings.lease_ttl_s == 5.0
+    assert config.distributed.on_store_failure == "fail_open"
+    assert config.distributed.lease_ttl_s == 5.0
 
 
 def test_memory_store_is_accepted() -> None:

@@ -146,8 +146,9 @@ class Config(BaseModel):
         description="where scheduling state lives: memory, or redis:// (rediss://, unix://) "
         "shared by every gateway replica",
     )
-    distributed: DistributedSpec | None = Field(
-        None, description="distributed mode settings (with a redis:// store)"
+    distributed: DistributedSpec = Field(
+        default_factory=DistributedSpec,
+        description="distributed mode settings (with a redis:// store)",
     )
     simulation: SimulationSpec = Field(default_factory=SimulationSpec)
 
@@ -167,14 +168,9 @@ class Config(BaseModel):
         """Whether state lives in a shared store (distributed mode)."""
         return self.store != "memory"
 
-    @property
-    def distributed_settings(self) -> DistributedSpec:
-        """The ``distributed:`` block, or its defaults."""
-        return self.distributed if self.distributed is not None else DistributedSpec()
-
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:
-        if self.distributed is not None and not self.shared_store:
+        if "distributed" in self.model_fields_set and not self.shared_store:
             raise ValueError(
                 "distributed: is set but store is 'memory'; distributed mode needs a shared "
                 "store, e.g. store: redis://host:6379/0"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluicegate.core.ratelimit import TenantRateLimiter, TokenBucket
+from sluicegate.core.ratelimit import TenantRateLimiter, TokenBucket, tenant_buckets
 from sluicegate.core.spec import TenantSpec
 
 
@@ -249,3 +249,19 @@ def test_admitted_requests_in_any_window_fit_burst_plus_rate(
         for j in range(i, len(admitted)):
             window = admitted[j] - start
             assert j - i + 1 <= burst + rate * (window + 1e-6) + 1e-9
+
+
+def test_share_scales_rates_and_bursts_keeping_a_burst_of_one() -> None:
+    """``share`` (a replica's part while the shared store is down) scales each rate and
+    burst; a burst cut below 1 stays 1, and share 1 changes nothing."""
+    tenant = TenantSpec(name="t", requests_per_s=4.0, burst_requests=1.5, tokens_per_min=600.0)
+    requests, tokens = tenant_buckets(tenant, 0.5)
+    assert requests is not None
+    assert tokens is not None
+    assert (requests.rate_per_s, requests.burst) == (2.0, 1.0)
+    assert (tokens.rate_per_s, tokens.burst) == (5.0, 300.0)
+    whole_requests, whole_tokens = tenant_buckets(tenant)
+    assert whole_requests is not None
+    assert whole_tokens is not None
+    assert (whole_requests.rate_per_s, whole_requests.burst) == (4.0, 1.5)
+    assert (whole_tokens.rate_per_s, whole_tokens.burst) == (10.0, 600.0)

@@ -192,7 +192,7 @@ def test_a_large_outbox_goes_in_syncs_of_at_most_256_ops_in_order() -> None:
     link = StoreLink(
         lambda replica: RedisStore(config.store, replica=replica),
         "gw",
-        config.distributed_settings,
+        config.distributed,
         Scheduler(config.scheduler_spec()),
         {},
     )

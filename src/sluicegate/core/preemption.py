@@ -83,8 +83,8 @@ def preempt_for_blocked(model: ModelRuntime, now: float, out: list[Decision]) ->
     """Preempt a running ticket for each lane whose waiting head is urgent or reclaiming.
 
     Appends the ``Preempt`` decisions to ``out`` and sets ``model.wakeup``: the
-    next moment a blocked head becomes urgent, a victim becomes preemptible, a
-    paused lane resumes, or an open circuit lets a probe through.
+    next moment a blocked head becomes urgent, a victim becomes preemptible, or an
+    open circuit lets a probe through.
     """
     wakeups: list[float] = []
     waiting = False
@@ -93,9 +93,6 @@ def preempt_for_blocked(model: ModelRuntime, now: float, out: list[Decision]) ->
         if head is None:
             continue
         waiting = True
-        if lane.blocked_until > now:
-            wakeups.append(lane.blocked_until)
-            continue
         if lane.pending_preempts or not model.running_entries:
             continue
         if lane.shares is not None and _share_preempt(model, lane, head, now, out, wakeups):

@@ -131,20 +131,20 @@ class TenantRateLimiter:
     ``tokens_per_min``). A request is admitted only if every bucket the tenant
     has would admit it; then it is charged 1 request and its tokens. A refused
     request is charged nothing. Tenants not listed, or listed without limits,
-    are always admitted.
+    are always admitted. ``share`` scales every rate and burst (``tenant_buckets``):
+    a replica's part of limits shared by several, when their store is down.
     """
 
     __slots__ = ("_buckets",)
 
-    def __init__(self, tenants: Sequence[TenantSpec]) -> None:
+    def __init__(self, tenants: Sequence[TenantSpec], *, share: float = 1.0) -> None:
         self._buckets: dict[str, tuple[TokenBucket | None, TokenBucket | None]] = {}
         seen: set[str] = set()
         for tenant in tenants:
             if tenant.name in seen:
                 raise ValueError(f"tenant names must be unique, got {tenant.name!r} twice")
             seen.add(tenant.name)
-            requests = _request_bucket(tenant)
-            tokens = _token_bucket(tenant)
+            requests, tokens = tenant_buckets(tenant, share)
             if requests is not None or tokens is not None:
                 self._buckets[tenant.name] = (requests, tokens)
 
@@ -196,17 +196,22 @@ class TenantRateLimiter:
             token_bucket.refund(tokens, now)
 
 
-def _request_bucket(tenant: TenantSpec) -> TokenBucket | None:
+def tenant_buckets(
+    tenant: TenantSpec, share: float = 1.0
+) -> tuple[TokenBucket | None, TokenBucket | None]:
+    """The tenant's request and token buckets (``None`` where it has no such limit), at
+    ``share`` of its rates and bursts (a burst cut by the share stays at least 1)."""
+    requests = tokens = None
     rate = tenant.requests_per_s
-    if rate is None:
-        return None
-    burst = tenant.burst_requests if tenant.burst_requests is not None else max(1.0, rate)
-    return TokenBucket(rate, burst)
-
-
-def _token_bucket(tenant: TenantSpec) -> TokenBucket | None:
+    if rate is not None:
+        burst = tenant.burst_requests if tenant.burst_requests is not None else max(1.0, rate)
+        requests = TokenBucket(rate * share, _share_of(burst, share))
     per_min = tenant.tokens_per_min
-    if per_min is None:
-        return None
-    burst = tenant.burst_tokens if tenant.burst_tokens is not None else per_min
-    return TokenBucket(per_min / 60.0, burst)
+    if per_min is not None:
+        burst = tenant.burst_tokens if tenant.burst_tokens is not None else per_min
+        tokens = TokenBucket(per_min / 60.0 * share, _share_of(burst, share))
+    return requests, tokens
+
+
+def _share_of(burst: float, share: float) -> float:
+    return max(min(1.0, burst), burst * share)

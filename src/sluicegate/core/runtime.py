@@ -23,15 +23,12 @@ class LaneRuntime:
         own: running tickets on the lane's own quota (never above ``cap``).
         borrowed: running tickets on capacity borrowed from other lanes.
         pending_preempts: preemptions issued on behalf of this lane, not yet freed.
-        blocked_until: lane paused until then (no lane pauses today; kept for preemption's
-            wake-up rule).
         order: the lane ordering's key of an entry (what distributed mode sends the store).
         shares: running tickets per tenant, for the tenants' shares of the lane's slots
             (lanes with ``vtc`` fairness only; ``None`` otherwise).
     """
 
     __slots__ = (
-        "blocked_until",
         "borrowed",
         "cap",
         "order",
@@ -52,7 +49,6 @@ class LaneRuntime:
         self.own = 0
         self.borrowed = 0
         self.pending_preempts = 0
-        self.blocked_until = 0.0
 
     @property
     def running(self) -> int:

@@ -31,13 +31,7 @@ from __future__ import annotations
 import heapq
 
 from sluicegate.core.admission import admit_waiting
-from sluicegate.core.decisions import (
-    Admit,
-    Decision,
-    ErrorCode,
-    Expire,
-    Queued,
-)
+from sluicegate.core.decisions import Admit, Decision, ErrorCode, Expire, Queued
 from sluicegate.core.entry import Entry, State
 from sluicegate.core.errors import UnknownModelError
 from sluicegate.core.estimate import start_estimate

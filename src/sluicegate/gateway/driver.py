@@ -119,10 +119,7 @@ class SchedulerDriver:
         the engine gave the whole answer, even if a ``Preempt`` raced with it."""
         self._running.pop(ticket_id, None)
         decisions = self.scheduler.complete(ticket_id, usage, self._clock(), ran_to_end=ran_to_end)
-        if self.link is not None:
-            ended = self.scheduler.state_of(ticket_id) is None
-            served = (usage.prompt_tokens, usage.completion_tokens)
-            self.link.released(ticket_id, served, ended=ended)
+        self._released(ticket_id, (usage.prompt_tokens, usage.completion_tokens))
         self._execute(decisions)
 
     def progress(self, ticket_id: TicketId, generated_tokens: int) -> None:
@@ -145,8 +142,7 @@ class SchedulerDriver:
             future.cancel()
         self._running.pop(ticket_id, None)
         decisions = self.scheduler.cancel(ticket_id, self._clock())
-        if self.link is not None:
-            self.link.released(ticket_id, None, ended=True)
+        self._released(ticket_id, None)
         self._execute(decisions)
 
     def observe(self, stats: BackendStats) -> None:
@@ -163,7 +159,7 @@ class SchedulerDriver:
                 if future is None or future.done():
                     # Its client left between the decision and now: give the slot back.
                     pending.extend(self.scheduler.cancel(tid, self._clock()))
-                    self._ended_unserved(tid)
+                    self._released(tid, (0, 0))
                     continue
                 self._running[tid] = RunningHandle()
                 future.set_result(decision)
@@ -173,14 +169,12 @@ class SchedulerDriver:
                     future.set_result(decision)
                 if isinstance(decision, Expire) and self._on_expire is not None:
                     self._on_expire(decision)
-                self._ended_unserved(tid)
+                self._released(tid, (0, 0))
             elif isinstance(decision, Preempt):
                 running = self._running.get(tid)
                 if running is None:
                     pending.extend(self.scheduler.complete(tid, Usage(0, 0), self._clock()))
-                    if self.link is not None:
-                        ended = self.scheduler.state_of(tid) is None
-                        self.link.released(tid, (0, 0), ended=ended)
+                    self._released(tid, (0, 0))
                     continue
                 running.preempt = decision
                 if running.on_preempt is not None:
@@ -192,9 +186,12 @@ class SchedulerDriver:
                 continue
         self._arm_timer()
 
-    def _ended_unserved(self, ticket_id: TicketId) -> None:
+    def _released(self, ticket_id: TicketId, served: tuple[int, int] | None) -> None:
+        """Distributed mode: tell the store link a ticket left its queue or its slot, having
+        been served ``served`` (prompt, completion) tokens (``None``: not known)."""
         if self.link is not None:
-            self.link.released(ticket_id, (0, 0), ended=True)
+            ended = self.scheduler.state_of(ticket_id) is None
+            self.link.released(ticket_id, served, ended=ended)
 
     # ------------------------------------------------------------------ store link calls
 

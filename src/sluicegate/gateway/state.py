@@ -100,7 +100,7 @@ def _store_link(
     config: Config, scheduler: Scheduler, tenants: Mapping[str, TenantSpec]
 ) -> StoreLink:
     """The link to the shared store of ``config.store`` (distributed mode)."""
-    settings = config.distributed_settings
+    settings = config.distributed
 
     def open_store(replica: str) -> RedisStore:
         return RedisStore(

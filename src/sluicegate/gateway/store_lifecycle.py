@@ -33,7 +33,6 @@ from sluicegate.gateway.store_modes import (
     LinkMode,
     StoreClient,
     distinct_replicas,
-    scaled_tenant,
 )
 from sluicegate.store.errors import StoreUnavailableError
 from sluicegate.store.redis_store import RedisStore
@@ -105,8 +104,7 @@ class LinkLifecycle(ABC):
             if task is not asyncio.current_task():
                 task.cancel()
         if self._client is not None:
-            tenants = self._tenants.values()
-            limiter = TenantRateLimiter([scaled_tenant(t, share) for t in tenants])
+            limiter = TenantRateLimiter(list(self._tenants.values()), share=share)
             fail_open = self.mode is LinkMode.FAIL_OPEN
             self._client.store_lost(fail_open=fail_open, share=share, limiter=limiter)
         self._spawn(self._probe())

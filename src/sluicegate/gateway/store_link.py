@@ -190,12 +190,11 @@ class StoreLink(LinkLifecycle):
         held = self._hold(ticket)
         held.vtc_charge = reserve.vtc_charge
         held.known = True
-        weight = self._tenants[ticket.tenant].weight if ticket.tenant in self._tenants else 1.0
         op = Offer(
             ticket.id,
             ticket.lane,
             ticket.tenant,
-            weight,
+            self._weight(ticket),
             reserve.order,
             reserve.cost_tokens,
             reserve.vtc_charge,

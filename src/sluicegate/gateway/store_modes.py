@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 from typing import Protocol
 
-from sluicegate.core.ratelimit import TenantRateLimiter
+from sluicegate.core.ratelimit import TenantRateLimiter, tenant_buckets
 from sluicegate.core.spec import TenantSpec
 from sluicegate.core.ticket import TicketId
 from sluicegate.store.types import TenantRates
@@ -54,27 +54,12 @@ def distinct_replicas(sessions: set[str]) -> int:
 
 
 def tenant_rates(tenant: TenantSpec) -> TenantRates:
-    """The tenant's buckets as ``core/ratelimit.py`` builds them."""
-    rps = tenant.requests_per_s
-    per_min = tenant.tokens_per_min
+    """The tenant's buckets as ``core/ratelimit.py`` builds them, for the store."""
+    requests, tokens = tenant_buckets(tenant)
     return TenantRates(
         tenant.name,
-        rps,
-        tenant.burst_requests if tenant.burst_requests is not None else max(1.0, rps or 1.0),
-        None if per_min is None else per_min / 60.0,
-        tenant.burst_tokens if tenant.burst_tokens is not None else (per_min or 1.0),
+        None if requests is None else requests.rate_per_s,
+        1.0 if requests is None else requests.burst,
+        None if tokens is None else tokens.rate_per_s,
+        1.0 if tokens is None else tokens.burst,
     )
-
-
-def scaled_tenant(tenant: TenantSpec, share: float) -> TenantSpec:
-    """``tenant`` with ``share`` of its rates and bursts (bursts at least 1)."""
-    update: dict[str, float | None] = {}
-    if tenant.requests_per_s is not None:
-        update["requests_per_s"] = tenant.requests_per_s * share
-        burst = tenant.burst_requests or max(1.0, tenant.requests_per_s)
-        update["burst_requests"] = max(1.0, burst * share)
-    if tenant.tokens_per_min is not None:
-        update["tokens_per_min"] = tenant.tokens_per_min * share
-        burst_tokens = tenant.burst_tokens or tenant.tokens_per_min
-        update["burst_tokens"] = max(1.0, burst_tokens * share)
-    return tenant.model_copy(update=update)

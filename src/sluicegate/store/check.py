@@ -14,7 +14,7 @@ async def check_store(config: Config) -> float:
     Raises:
         StoreUnavailableError: the store did not answer within the configured timeout.
     """
-    settings = config.distributed_settings
+    settings = config.distributed
     store = RedisStore(
         config.store,
         prefix=settings.key_prefix,

@@ -98,10 +98,11 @@ _DRAIN_MAX = 1000
 """Most grants one ``LPOP`` takes from one list after the blocking pop."""
 
 
-def _script_text(name: str, *, model: bool) -> str:
+def _script_text(name: str, *, prelude: str) -> str:
+    """A script's text after its prelude: ``common.lua`` (a model's keys) or ``bucket.lua``."""
     folder = resources.files("sluicegate.store").joinpath("scripts")
-    body = folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
-    return folder.joinpath("common.lua").read_text(encoding="utf-8") + body if model else body
+    head = folder.joinpath(f"{prelude}.lua").read_text(encoding="utf-8")
+    return head + folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
 
 
 def _rate_args(rate: float | None, burst: float) -> list[str | int | float]:
@@ -158,9 +159,9 @@ class RedisStore:
             # The listener's reads are bounded per call (by next_grants's block_s), not per socket.
             self._listener = self._connect_client(None)
             for name in ("sync", "heartbeat", "resync", "counts", "live"):
-                self._scripts[name] = client.register_script(_script_text(name, model=True))
+                self._scripts[name] = client.register_script(_script_text(name, prelude="common"))
             for name in ("take", "refund"):
-                self._scripts[name] = client.register_script(_script_text(name, model=False))
+                self._scripts[name] = client.register_script(_script_text(name, prelude="bucket"))
         await self.ping()
         await self._bounded(self._load_scripts())
 

@@ -4,16 +4,8 @@
 local rate, burst, tokens = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local state = redis.call('HMGET', KEYS[1], 'tl', 'tt')
 if state[1] == false then return 0 end
-local time = redis.call('TIME')
-local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
-local level, last = tonumber(state[1]), tonumber(state[2])
-local elapsed = now - last
-if elapsed > 0 then
-  last = now
-  level = level + elapsed * rate
-  if level >= burst then level = burst end
-end
+local level, last = refill(state[1], state[2], rate, burst, now_s())
 level = level + tokens
 if level >= burst then level = burst end
-redis.call('HSET', KEYS[1], 'tl', string.format('%.17g', level), 'tt', string.format('%.17g', last))
+redis.call('HSET', KEYS[1], 'tl', fmt(level), 'tt', fmt(last))
 return 1

@@ -2,21 +2,8 @@
 -- tokens_per_s ('' for none), burst_tokens, tokens. TokenBucket/TenantRateLimiter of
 -- core/ratelimit.py on Redis time: returns the wait in seconds as a string, "0" when taken.
 local SLACK_S = 1e-6
-local time = redis.call('TIME')
-local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
+local now = now_s()
 local state = redis.call('HMGET', KEYS[1], 'rl', 'rt', 'tl', 'tt')
-
-local function refill(level, last, rate, burst)
-  if level == false then return burst, now end
-  level, last = tonumber(level), tonumber(last)
-  local elapsed = now - last
-  if elapsed > 0 then
-    last = now
-    level = level + elapsed * rate
-    if level >= burst then level = burst end
-  end
-  return level, last
-end
 
 local function wait_time(amount, level, rate, burst)
   local need = amount
@@ -33,11 +20,11 @@ local wait, refill_s = 0, 0
 local fields = {}
 local request_level, request_last, token_level, token_last
 if request_rate then
-  request_level, request_last = refill(state[1], state[2], request_rate, request_burst)
+  request_level, request_last = refill(state[1], state[2], request_rate, request_burst, now)
   wait = wait_time(1, request_level, request_rate, request_burst)
 end
 if token_rate then
-  token_level, token_last = refill(state[3], state[4], token_rate, token_burst)
+  token_level, token_last = refill(state[3], state[4], token_rate, token_burst, now)
   local token_wait = wait_time(tokens, token_level, token_rate, token_burst)
   if token_wait > wait then wait = token_wait end
 end
@@ -46,21 +33,19 @@ if wait == 0 then
   if token_rate then token_level = token_level - tokens end
 end
 if request_rate then
-  fields[#fields + 1] = 'rl'
-  fields[#fields + 1] = string.format('%.17g', request_level)
-  fields[#fields + 1] = 'rt'
-  fields[#fields + 1] = string.format('%.17g', request_last)
+  for _, value in ipairs({'rl', fmt(request_level), 'rt', fmt(request_last)}) do
+    fields[#fields + 1] = value
+  end
   refill_s = (request_burst - request_level) / request_rate
 end
 if token_rate then
-  fields[#fields + 1] = 'tl'
-  fields[#fields + 1] = string.format('%.17g', token_level)
-  fields[#fields + 1] = 'tt'
-  fields[#fields + 1] = string.format('%.17g', token_last)
+  for _, value in ipairs({'tl', fmt(token_level), 'tt', fmt(token_last)}) do
+    fields[#fields + 1] = value
+  end
   local token_refill_s = (token_burst - token_level) / token_rate
   if token_refill_s > refill_s then refill_s = token_refill_s end
 end
 redis.call('HSET', KEYS[1], unpack(fields))
 -- Once refilled to the burst the state equals a fresh (full) bucket's, so it may expire then.
 redis.call('PEXPIRE', KEYS[1], math.ceil(refill_s * 1000) + 1000)
-return string.format('%.17g', wait)
+return fmt(wait)
