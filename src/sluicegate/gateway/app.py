@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections.abc import AsyncIterator, Mapping
 
@@ -141,16 +142,31 @@ async def _not_allowed(request: Request) -> Response:
     raise HTTPException(405)
 
 
-def serve(config: Config, *, host: str | None = None, port: int | None = None) -> None:
-    """Run the gateway with uvicorn (uvloop, httptools) until interrupted."""
+def serve(
+    config: Config,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    sock: socket.socket | None = None,
+) -> None:
+    """Run the gateway with uvicorn (uvloop, httptools) until interrupted.
+
+    ``sock``: an already bound listening socket to serve instead of ``host``/``port``
+    (``serve --workers`` binds one per worker with ``SO_REUSEPORT``).
+    """
     app = build_app(config)
-    uvicorn.run(
+    settings = uvicorn.Config(
         app,
         host=host or config.server.host,
         port=port if port is not None else config.server.port,
         loop="uvloop",
         log_level="warning",
         access_log=False,
+        # The gateway reads no client address; uvicorn's X-Forwarded-* middleware would
+        # wrap every request for nothing.
+        proxy_headers=False,
         timeout_keep_alive=30,
         **uvicorn_protocol_kwargs(connection_limits(config)),
     )
+    server = uvicorn.Server(settings)
+    server.run(sockets=None if sock is None else [sock])
