@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import aiohttp
-
 from sluicegate.core.ticket import Feedback, Outcome, Usage
 from sluicegate.gateway.asgi import SSE, abort_connection, send_body
 from sluicegate.gateway.classify import Endpoint
 from sluicegate.gateway.errors import GatewayError
 from sluicegate.gateway.exchange import Exchange
+from sluicegate.gateway.http1 import Http1Response, UpstreamError
 from sluicegate.gateway.interrupts import Interrupt, WaitInterruptedError
 from sluicegate.gateway.replies import PREEMPTED_HEADER, error_event, preempted_chunk, relay_answer
 from sluicegate.gateway.scanner import SseScanner
@@ -138,7 +137,7 @@ class StreamRelay:
         elif ending.outcome is not Outcome.CANCELLED:
             await self._end_stream(exchange, ending.tail)
 
-    async def _open(self, exchange: Exchange) -> aiohttp.ClientResponse | None:
+    async def _open(self, exchange: Exchange) -> Http1Response | None:
         """Send the request; the engine's response, or ``None`` if the exchange ended first.
 
         The first-byte deadline keeps running into the relay: it covers the first event.
@@ -179,17 +178,16 @@ class StreamRelay:
             raise
 
     async def _relay(
-        self, exchange: Exchange, response: aiohttp.ClientResponse, progress: _Progress
+        self, exchange: Exchange, response: Http1Response, progress: _Progress
     ) -> _Ending:
         """Pass whole events through as they arrive, until the stream or the exchange ends."""
         driver, ticket, interrupts = self.state.driver, exchange.ticket, exchange.interrupts
         send, handle = exchange.send, exchange.handle
         splitter, scanner = progress.splitter, progress.scanner
-        content = response.content
         idle_s, stall_s = self._idle_s, self._stall_s
         try:
             with interrupts.waiting():
-                while data := await content.readany():
+                while data := await response.readany():
                     progress.received += len(data)
                     interrupts.upstream.after(idle_s)
                     whole, payloads = splitter.feed(data)
@@ -210,7 +208,7 @@ class StreamRelay:
             if exc.reason is Interrupt.UPSTREAM_TIMEOUT:
                 return _SILENT
             return _CANCELLED
-        except aiohttp.ClientError:
+        except UpstreamError:
             return _CUT_OFF
         finally:
             interrupts.upstream.clear()

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import aiohttp
-
 from sluicegate.core.decisions import Preempt, PreemptAction
 from sluicegate.core.preemption import required_fraction
 from sluicegate.core.ticket import Outcome
@@ -27,6 +25,7 @@ from sluicegate.gateway.assemble import StreamAssembler, streamable_copy
 from sluicegate.gateway.classify import Endpoint
 from sluicegate.gateway.errors import GatewayError
 from sluicegate.gateway.exchange import Exchange
+from sluicegate.gateway.http1 import Http1Response, UpstreamError
 from sluicegate.gateway.interrupts import Interrupt, WaitInterruptedError
 from sluicegate.gateway.replies import PREEMPTED_HEADER, relay_answer
 from sluicegate.gateway.state import GatewayState
@@ -149,7 +148,7 @@ class UnaryRelay:
         return answer
 
     async def _gather(
-        self, exchange: Exchange, response: aiohttp.ClientResponse, assembler: StreamAssembler
+        self, exchange: Exchange, response: Http1Response, assembler: StreamAssembler
     ) -> _Answer | None:
         """Read the engine's stream into ``assembler`` and rebuild the answer (``None``: the
         stream was empty). An engine error event, a malformed event, a cut or an early end
@@ -158,7 +157,7 @@ class UnaryRelay:
         received = 0
         first_token_s: float | None = None
         try:
-            async for data in response.content.iter_any():
+            while data := await response.readany():
                 received += len(data)
                 interrupts.upstream.after(self._idle_s)
                 if assembler.feed(data):
@@ -166,7 +165,7 @@ class UnaryRelay:
                 driver.progress(ticket.id, assembler.progress)
                 if assembler.error or assembler.malformed:
                     break
-        except aiohttp.ClientError as exc:
+        except UpstreamError as exc:
             raise GatewayError(502, "upstream_error", "the engine's answer was cut off") from exc
         if received == 0:
             return None
