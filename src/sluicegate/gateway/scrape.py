@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from dataclasses import dataclass
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
 from sluicegate.core.ticket import BackendStats
 from sluicegate.gateway.state import GatewayState
@@ -42,24 +42,40 @@ CACHE_CONFIG = "vllm:cache_config_info"
 KV_CAPACITY = "kv_capacity_tokens"  # key of the derived capacity in ``parse_engine_metrics``
 PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
 METRICS_RETRY_POLLS = 30
+_WANTED = frozenset(KV_USAGE + RUNNING + WAITING)
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
 def parse_engine_metrics(text: str) -> dict[str, float]:
     """Sum the samples of the known engine metrics (over labels such as ``model_name``).
 
     The KV capacity from ``vllm:cache_config_info``, when its labels give it, is
-    under ``KV_CAPACITY``.
+    under ``KV_CAPACITY``. Raises ``ValueError`` for a body that is not Prometheus
+    text. A line scan that parses labels only where it needs them: prometheus-client's
+    full parser cost ~2% of the gateway's CPU at 200 req/s, scraping once a second.
     """
-    wanted = set(KV_USAGE + RUNNING + WAITING)
     found: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in wanted:
-                found[sample.name] = found.get(sample.name, 0.0) + float(sample.value)
-            elif sample.name == CACHE_CONFIG:
-                capacity = _kv_capacity(sample.labels)
-                if capacity is not None:
-                    found[KV_CAPACITY] = float(capacity)
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        brace, space = line.find("{"), line.find(" ")
+        if brace != -1 and (space == -1 or brace < space):
+            name, end = line[:brace], line.rfind("}")
+            if end < brace:
+                raise ValueError(f"not Prometheus text: {line[:80]!r}")
+            labels, fields = line[brace + 1 : end], line[end + 1 :].split()
+        else:
+            name, labels, fields = line[:space], "", line[space:].split()
+        if space == -1 or not 1 <= len(fields) <= 2 or not _METRIC_NAME.fullmatch(name):
+            raise ValueError(f"not Prometheus text: {line[:80]!r}")
+        value = float(fields[0])
+        if name in _WANTED:
+            found[name] = found.get(name, 0.0) + value
+        elif name == CACHE_CONFIG:
+            capacity = _kv_capacity(dict(_LABEL.findall(labels)))
+            if capacity is not None:
+                found[KV_CAPACITY] = float(capacity)
     return found
 
 
