@@ -28,6 +28,7 @@ from sluicegate.gateway.classify import Endpoint, classify, estimate_prompt_toke
 from sluicegate.gateway.errors import GatewayError
 from sluicegate.gateway.exchange import Exchange
 from sluicegate.gateway.interrupts import watch_disconnect
+from sluicegate.gateway.protocol import DISCONNECT_EXTENSION
 from sluicegate.gateway.relay_stream import StreamRelay
 from sluicegate.gateway.relay_unary import UnaryRelay
 from sluicegate.gateway.state import GatewayState
@@ -91,7 +92,12 @@ class InferenceHandler:
         ticket = self._ticket(request, tenant, raw, arrival)
         exchange = Exchange(scope, send, ticket, raw, state.driver, state.metrics)
         waiting = submit(exchange, state.driver)
-        watcher = asyncio.create_task(watch_disconnect(receive, exchange.interrupts))
+        on_disconnect = scope.get("extensions", {}).get(DISCONNECT_EXTENSION)
+        watcher: asyncio.Task[None] | None = None
+        if on_disconnect is not None:
+            on_disconnect(exchange.interrupts.disconnected)
+        else:  # a server without the extension: a task waits for ``http.disconnect``
+            watcher = asyncio.create_task(watch_disconnect(receive, exchange.interrupts))
         try:
             if await admission(exchange, waiting):
                 relay = self._stream if ticket.streaming else self._unary
@@ -104,7 +110,10 @@ class InferenceHandler:
         else:
             _check_ended(exchange)
         finally:
-            watcher.cancel()
+            if watcher is not None:
+                watcher.cancel()
+            else:
+                on_disconnect(None)
             exchange.interrupts.close()
 
     def _ticket(self, request: Request, tenant: str, raw: bytes, arrival: float) -> Ticket:

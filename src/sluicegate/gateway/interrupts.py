@@ -98,6 +98,10 @@ class Interruptible:
             self._armed = False
             self._task.cancel()
 
+    def disconnected(self) -> None:
+        """The client's connection is gone."""
+        self.fire(Interrupt.DISCONNECTED)
+
     def preempted(self, _decision: Preempt) -> None:
         """The driver's preemption callback."""
         self.fire(Interrupt.PREEMPTED)
@@ -133,9 +137,10 @@ class Interruptible:
 
 
 async def watch_disconnect(receive: Receive, interrupts: Interruptible) -> None:
-    """Turn the client's ``http.disconnect`` into an interrupt (one task per admitted request)."""
+    """Turn the client's ``http.disconnect`` into an interrupt: a task per request, for
+    servers without the gateway protocol's ``sluicegate.on_disconnect`` extension."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            interrupts.fire(Interrupt.DISCONNECTED)
+            interrupts.disconnected()
             return

@@ -11,12 +11,16 @@ how much a client that stops reading can leave buffered. This protocol adds:
 - a write-buffer cap per connection, so a client that stops reading pauses
   the response (and the relay in front of it) instead of growing memory;
 - ``scope["extensions"]["sluicegate.abort"]``: drops the connection at once,
-  for a stream whose client stopped reading (``close`` would wait to flush).
+  for a stream whose client stopped reading (``close`` would wait to flush);
+- ``scope["extensions"]["sluicegate.on_disconnect"]``: registers a callback for the
+  connection's loss (called at once if it is already lost; ``None`` unregisters),
+  so a request learns its client left without a task waiting on ``receive``.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +30,7 @@ from sluicegate.gateway.errors import error_body
 from sluicegate.gateway.timer import LazyTimer
 
 ABORT_EXTENSION = "sluicegate.abort"
+DISCONNECT_EXTENSION = "sluicegate.on_disconnect"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +76,8 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
         _reply: bytes | None = None
         _header_bytes = 0
         _header_count = 0
+        _on_lost: Callable[[], None] | None = None
+        _lost = False
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             self._guard = LazyTimer(self.loop, self._check)
@@ -81,13 +88,20 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
         def connection_lost(self, exc: Exception | None) -> None:
             self._reply = None
             self._guard.cancel()
+            self._lost = True
             super().connection_lost(exc)
+            callback, self._on_lost = self._on_lost, None
+            if callback is not None:
+                callback()
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
             self._header_bytes = 0
             self._header_count = 0
-            extensions: dict[str, Any] = {ABORT_EXTENSION: self._abort}
+            extensions: dict[str, Any] = {
+                ABORT_EXTENSION: self._abort,
+                DISCONNECT_EXTENSION: self._on_disconnect,
+            }
             self.scope["extensions"] = extensions
             self._arm(limits.header_timeout_s, _HEADER_TIMEOUT)
 
@@ -156,6 +170,12 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
             self._disarm()
             self.transport.write(reply)
             self.transport.close()
+
+        def _on_disconnect(self, callback: Callable[[], None] | None) -> None:
+            if callback is not None and self._lost:
+                callback()
+                return
+            self._on_lost = callback
 
         def _abort(self) -> None:
             self._disarm()
