@@ -41,12 +41,15 @@ class RunningServer:
     port: int
 
 
-def start_server(app: ASGIApp, port: int = 0) -> RunningServer:
-    """Serve ``app`` with uvicorn on 127.0.0.1 in a thread; return once it listens."""
-    # The gateway runs with its guarded protocol (header/body timeouts, header caps), as
-    # ``sluicegate serve`` does; engines with plain httptools.
+def start_server(app: ASGIApp, port: int = 0, *, guarded: bool = True) -> RunningServer:
+    """Serve ``app`` with uvicorn on 127.0.0.1 in a thread; return once it listens.
+
+    The gateway runs with its guarded protocol (header/body timeouts, header caps, the
+    disconnect callback), as ``sluicegate serve`` does, unless ``guarded`` is False;
+    engines with plain httptools.
+    """
     http: dict[str, Any] = {"http": "httptools"}
-    if isinstance(app, GatewayApp):
+    if isinstance(app, GatewayApp) and guarded:
         http = uvicorn_protocol_kwargs(connection_limits(app.gateway.config))
     server = uvicorn.Server(
         uvicorn.Config(
@@ -144,8 +147,10 @@ def stack(
     environ: Mapping[str, str] | None = None,
     scrape: bool = True,
     weights: Sequence[float] | None = None,
+    guarded: bool = True,
 ) -> Iterator[Stack]:
-    """``engines`` emulators and a gateway configured with ``body`` in front of them."""
+    """``engines`` emulators and a gateway configured with ``body`` in front of them
+    (``guarded``: see ``start_server``)."""
     running: list[RunningServer] = []
     try:
         for i in range(engines):
@@ -155,7 +160,7 @@ def stack(
         config = gateway_config(ports, body, weights=weights)
         env = {"SLUICEGATE_ADMIN_KEY": ADMIN_KEY, **(environ or {})}
         app = build_gateway(config, environ=env, scrape=scrape)
-        running.append(start_server(app))
+        running.append(start_server(app, guarded=guarded))
         yield Stack(running[-1].port, tuple(ports), config)
     finally:
         stop_servers(running)

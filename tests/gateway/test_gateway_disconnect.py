@@ -79,10 +79,15 @@ async def test_stream_disconnect_admits_the_next_queued_request() -> None:
     assert waited < 1.0  # A alone had ~1500 steps (≥ 3 s) left
 
 
-async def test_queued_client_that_leaves_is_dropped_and_never_reaches_the_engine() -> None:
+@pytest.mark.parametrize("guarded", [True, False], ids=["gateway-protocol", "plain-uvicorn"])
+async def test_queued_client_that_leaves_is_dropped_and_never_reaches_the_engine(
+    guarded: bool,
+) -> None:
     """With one slot, B queues behind A and then disconnects: the gateway's queue is empty
-    again within 1 s, and B is never sent to the engine, not even after A ends."""
-    with stack(ONE_SLOT) as gateway:
+    again within 1 s, and B is never sent to the engine, not even after A ends. The
+    gateway's protocol reports the loss through its ``sluicegate.on_disconnect`` callback;
+    under plain uvicorn a task per request watches ``receive`` instead."""
+    with stack(ONE_SLOT, guarded=guarded) as gateway:
         async with aiohttp.ClientSession() as session:
             a = await open_stream(session, gateway.base_url)
             admitted = engine_stats(gateway.engine_url())["admitted_total"]
