@@ -67,11 +67,12 @@ test-fast: system-deps $(STAMP)
 demo: $(STAMP)
 	$(BIN)/sluicegate demo
 
-# The four live benchmarks (issue #6), quick versions: under 10 minutes.
+# The live benchmarks (issues #6 and #18), quick versions: about 15 minutes.
 # `make bench FULL=1` runs the longer versions; `make bench-micro` the core and simulator ones.
 BENCH_MODE = $(if $(FULL),--full,)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_overhead.py $(if $(FULL),,--quick) --write docs/BENCHMARKS.md
+	$(BIN)/python benchmarks/bench_floor.py $(if $(FULL),,--quick) --write docs/BENCHMARKS.md
 	$(BIN)/python benchmarks/bench_overload.py $(BENCH_MODE) --write docs/BENCHMARKS.md
 	$(BIN)/python benchmarks/bench_policies.py $(BENCH_MODE) --write docs/BENCHMARKS.md
 	$(BIN)/python benchmarks/bench_scale.py $(BENCH_MODE) --write docs/BENCHMARKS.md

@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,17 +126,38 @@ def child_pids() -> dict[str, int]:
     return found
 
 
-def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
-    """CPU seconds (user + system) used so far by each process, by this one as ``client``,
-    and by the whole machine as ``machine`` (every process, ours or not)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    used = {"client": time.process_time()}
-    for role, pid in pids.items():
+def process_table() -> dict[int, tuple[int, int]]:
+    """pid → (parent pid, CPU ticks used so far) of every process on the machine."""
+    table: dict[int, tuple[int, int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        used[role] = (int(fields[11]) + int(fields[12])) / tick
+        table[int(entry.name)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+    return table
+
+
+def process_tree(pid: int, table: Mapping[int, tuple[int, int]]) -> list[int]:
+    """``pid`` and its descendants in ``table`` (from ``process_table``)."""
+    tree, found = [pid], []
+    while tree:
+        member = tree.pop()
+        found.append(member)
+        tree += [child for child, (parent, _) in table.items() if parent == member]
+    return found
+
+
+def cpu_seconds(pids: Mapping[str, int]) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each process with its descendants (a
+    gateway's worker processes), by this one as ``client``, and by the whole machine as
+    ``machine`` (every process, ours or not)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used = {"client": time.process_time()}
+    table = process_table()
+    for role, pid in pids.items():
+        if pid in table:
+            used[role] = sum(table[member][1] for member in process_tree(pid, table)) / tick
     try:
         ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
         used["machine"] = (sum(ticks[:8]) - ticks[3] - ticks[4]) / tick  # all but idle, iowait
@@ -317,9 +338,16 @@ async def _with_run_load(url: str, n: int, rate: float, timeout_s: float) -> lis
 
 
 async def step(
-    url: str, target: str, rate: float, args: argparse.Namespace, pids: dict[str, int]
+    url: str,
+    target: str,
+    rate: float,
+    args: argparse.Namespace,
+    pids: Mapping[str, int],
+    api_keys: Mapping[str, str] | None = None,
 ) -> Step:
-    """Offer ``rate`` requests/s to ``url`` for ``args.step_s`` seconds and judge the step."""
+    """Offer ``rate`` requests/s to ``url`` for ``args.step_s`` seconds and judge the step.
+
+    ``api_keys`` (workload tenant → key) sends the lean generator's requests with a key."""
     n = max(20, round(rate * args.step_s))
     timeout_s = args.step_s + 10.0
     before, wall = cpu_seconds(pids), time.monotonic()
@@ -330,7 +358,7 @@ async def step(
         body = orjson.dumps(
             build_body(request, 0, model=MODEL, endpoint="chat", stream=False, ignore_eos=True)
         )
-        headers = build_headers(request, api_keys={}, send_lane_headers=True)
+        headers = build_headers(request, api_keys=api_keys or {}, send_lane_headers=True)
         samples = await _lean(endpoint_url(url, "chat"), body, headers, n, rate, timeout_s)
     wall = time.monotonic() - wall
     after = cpu_seconds(pids)
@@ -380,25 +408,35 @@ class Probe:
 
 
 async def saturation(
-    urls: dict[str, str], args: argparse.Namespace, console: Console
+    urls: dict[str, str],
+    args: argparse.Namespace,
+    console: Console,
+    *,
+    targets: Sequence[str] = TARGETS,
+    pids: Mapping[str, int] | None = None,
+    api_keys: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, list[Step]], dict[str, Probe]]:
-    """Probe every target's ceiling; the targets take turns, one step each, in rotating order."""
-    pids = child_pids()
-    probes = {name: Probe(args.start_rate, args.max_rate, args.refine) for name in TARGETS}
-    steps: dict[str, list[Step]] = {name: [] for name in TARGETS}
+    """Probe every target's ceiling; the targets take turns, one step each, in rotating order.
+
+    ``pids`` maps each target and ``engine`` to the process whose CPU a step records
+    (default: this process's ``python -m sluicegate`` children by role)."""
+    pids = child_pids() if pids is None else pids
+    probes = {name: Probe(args.start_rate, args.max_rate, args.refine) for name in targets}
+    steps: dict[str, list[Step]] = {name: [] for name in targets}
     for turn in range(1000):
-        order = TARGETS[turn % 3 :] + TARGETS[: turn % 3]
+        shift = turn % len(targets)
+        order = [*targets[shift:], *targets[:shift]]
         todo = [(name, rate) for name in order if (rate := probes[name].next_rate()) is not None]
         if not todo:
             break
         for name, rate in todo:
             watched = {role: pid for role, pid in pids.items() if role in (name, "engine")}
-            result = await step(urls[name], name, float(round(rate)), args, watched)
+            result = await step(urls[name], name, float(round(rate)), args, watched, api_keys)
             if not result.passed and result.others > args.noisy_cores:
                 # Another user of the machine took the CPU this step needed: try it once more.
                 console.print(_step_line(result) + f" (others busy {result.others:.2f} cores)")
                 steps[name].append(result)
-                result = await step(urls[name], name, result.offered, args, watched)
+                result = await step(urls[name], name, result.offered, args, watched, api_keys)
             steps[name].append(result)
             probes[name].record(result.offered, result.passed)
             console.print(_step_line(result))
@@ -433,9 +471,9 @@ def _step_row(s: Step) -> list[str]:
     return [s.target, *rates, _errors(s.errors), f"{s.lag_p99_ms:.1f}", *cpu, verdict]
 
 
-def steps_grid(steps: dict[str, list[Step]]) -> Grid:
+def steps_grid(steps: dict[str, list[Step]], targets: Sequence[str] = TARGETS) -> Grid:
     """Every saturation step, per target in the order tried."""
-    rows = [_step_row(s) for name in TARGETS for s in steps[name]]
+    rows = [_step_row(s) for name in targets for s in steps[name]]
     title = "Saturation steps (CPU: % of one core; others: every process not ours)"
     return title, cells(STEP_HEADERS), rows
 

@@ -1,0 +1,172 @@
+"""Processes and load for ``bench_floor.py``: the targets in front of one upstream, the
+lean paced generator that drives them all at once, and what each process holds in memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import math
+import os
+import shlex
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+import fake_upstream
+from bench_overhead import MODEL, PROMPT_TOKENS, process_table, process_tree
+from sluicegate.bench.loadgen import build_headers
+from sluicegate.demo.processes import children, free_port
+from sluicegate.outcomes import WorkloadRequest
+
+DIRECT, FLOOR, ENGINE = "direct", "pass-through", "engine"
+KEY_ENV, KEY = "SLUICEGATE_FLOOR_BENCH_KEY", "floor-bench-key"
+GATEWAY_CONFIG = """\
+server: {{host: 127.0.0.1, port: {port}, admin_key_env: null, scrape_interval_s: 1.0}}
+models:
+  - name: {model}
+    backends: [{{name: e0, url: "http://127.0.0.1:{engine}", engine: {kind}}}]
+    max_concurrency: 100000
+    lanes:
+      - {{name: interactive, max_concurrency: 100000, max_queue: 100000, queue_timeout_s: 30,
+          slo_ms: 20000, policy: slack, preemptible: never}}
+tenants:
+  - {{name: bench, api_key_env: {key_env}, default_lane: interactive}}
+"""
+
+Sample = tuple[int, float, float, float, str]
+"""(slot, launch lag s, latency s, time to first data s or NaN, error or "") of one request."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stack:
+    """The running targets in front of one upstream: base URLs, and pids by role."""
+
+    upstream: str
+    urls: dict[str, str]
+    pids: dict[str, int]
+
+    @property
+    def gateways(self) -> list[str]:
+        """The sluicegate targets (the main one, then the variants)."""
+        return [name for name in self.urls if name not in (DIRECT, FLOOR)]
+
+
+def _child_pid(marker: str) -> int:
+    """The pid of this process's child whose command line has ``marker`` as an argument."""
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if parent == os.getpid() and marker.encode() in (entry / "cmdline").read_bytes().split(
+                b"\0"
+            ):
+                return int(entry.name)
+    raise RuntimeError(f"no child process with {marker!r} on its command line")
+
+
+def gateway_args(args: argparse.Namespace) -> dict[str, list[str]]:
+    """Name → extra ``serve`` arguments of every sluicegate target."""
+    wanted = {args.label: [a for arg in args.gateway_arg for a in shlex.split(arg)]}
+    for spec in args.variant:
+        name, _, extra = spec.partition("=")
+        if not name or name in (*wanted, DIRECT, FLOOR, ENGINE):
+            raise SystemExit(f"--variant {spec!r}: give a new NAME=ARGS")
+        wanted[name] = shlex.split(extra)
+    return wanted
+
+
+@contextlib.contextmanager
+def stack(upstream: str, args: argparse.Namespace, log_dir: Path) -> Iterator[Stack]:
+    """Start the upstream, the pass-through and every sluicegate; stop them all on exit."""
+    os.environ[KEY_ENV] = KEY  # the gateways inherit it
+    with children(log_dir) as group, contextlib.ExitStack() as exits:
+        engine = free_port()
+        base = f"http://127.0.0.1:{engine}"
+        if upstream == "fake":
+            log = log_dir / "fake-upstream.log"
+            engine_pid = exits.enter_context(fake_upstream.running(engine, MODEL, log))
+        else:
+            argv = ["emulate", "--port", str(engine), "--preset", args.preset, "--model", MODEL]
+            group.start(ENGINE, argv, base + "/health")
+            engine_pid = _child_pid(str(engine))
+        urls, pids = {DIRECT: base}, {ENGINE: engine_pid}
+        port = free_port()
+        argv = ["passthrough", "--port", str(port), "--backend", base]
+        group.start(FLOOR, argv, f"http://127.0.0.1:{port}/health")
+        urls[FLOOR], pids[FLOOR] = f"http://127.0.0.1:{port}", _child_pid(str(port))
+        kind = "vllm" if upstream == "fake" else "emulator"
+        for i, (name, extra) in enumerate(gateway_args(args).items()):
+            port, config = free_port(), log_dir / f"gateway-{upstream}-{i}.yaml"
+            config.write_text(
+                GATEWAY_CONFIG.format(
+                    port=port, model=MODEL, engine=engine, kind=kind, key_env=KEY_ENV
+                )
+            )
+            url = f"http://127.0.0.1:{port}"
+            group.start(f"gateway-{i}", ["serve", "--config", str(config), *extra], url + "/readyz")
+            urls[name], pids[name] = url, _child_pid(str(config))
+        yield Stack(upstream, urls, pids)
+
+
+async def paced(
+    urls: Mapping[str, str], n: int, rate: float, body: bytes, *, stream: bool, timeout_s: float
+) -> dict[str, list[Sample]]:
+    """Send ``n`` copies of ``body`` to every URL; slot i of target k starts at
+    ``(i + ((k + i) mod K) / K) / rate``. Never waits for a response to launch."""
+    clock = time.perf_counter  # uvloop's loop.time() ticks in whole milliseconds
+    request = WorkloadRequest(0.0, PROMPT_TOKENS, 2, 2)
+    headers = build_headers(request, api_keys={"default": KEY}, send_lane_headers=True)
+    names = list(urls)
+    samples: dict[str, list[Sample]] = {name: [] for name in names}
+
+    async def one(name: str, session: aiohttp.ClientSession, i: int, at: float) -> None:
+        launched, first, error = clock(), math.nan, ""
+        try:
+            async with session.post(urls[name], data=body, headers=headers) as response:
+                if stream:
+                    async for chunk in response.content.iter_any():
+                        if math.isnan(first) and b"data:" in chunk:
+                            first = clock() - launched
+                else:
+                    await response.read()
+                error = "" if response.status == 200 else f"HTTP {response.status}"
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            error = type(exc).__name__
+        samples[name].append((i, launched - start - at, clock() - launched, first, error))
+
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with contextlib.AsyncExitStack() as sessions_open:
+        sessions = {
+            name: await sessions_open.enter_async_context(
+                aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout)
+            )
+            for name in names
+        }
+        start = clock()
+        async with asyncio.TaskGroup() as group:
+            for i in range(n):
+                for k in range(len(names)):
+                    name = names[(i + k) % len(names)]
+                    at = (i + k / len(names)) / rate
+                    delay = start + at - clock()
+                    if delay > 0.0:
+                        await asyncio.sleep(delay)
+                    group.create_task(one(name, sessions[name], i, at))
+    return samples
+
+
+def memory_mb(pid: int) -> tuple[float, float]:
+    """``VmRSS`` and ``VmHWM`` (MB) of ``pid``, summed with its descendants'."""
+    rss = peak = 0
+    for member in process_tree(pid, process_table()):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{member}/status").read_text().splitlines():
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    kb = int(value.split()[0])
+                    rss, peak = (rss + kb, peak) if key == "VmRSS" else (rss, peak + kb)
+    return rss / 1024, peak / 1024
