@@ -66,6 +66,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reused = False
+        self.one_shot = False  # sent ``Connection: close``: never pooled, whatever the answer
         self.idle_since = 0.0
         self._parser = httptools.HttpResponseParser(self)
         self._response: Http1Response | None = None
@@ -80,12 +81,13 @@ class _Connection(asyncio.Protocol):
         self.pool.forget(self)
         response = self._response
         if response is not None:
-            response.connection_lost()
+            response.connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._response is None:  # nothing was asked: not an HTTP/1.1 engine
             self.close()
             return
+        self._response.any_byte = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError:
@@ -93,6 +95,13 @@ class _Connection(asyncio.Protocol):
             self.close()
 
     # ------------------------------------------------------------------ httptools callbacks
+
+    def on_message_begin(self) -> None:
+        """httptools: an answer starts; a second one to a single request is refused."""
+        response = self._response
+        assert response is not None
+        if response.has_head:
+            raise UpstreamError("the engine answered more than it was asked")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         """httptools: one header of the answer."""
@@ -103,7 +112,11 @@ class _Connection(asyncio.Protocol):
         """httptools: the head is complete."""
         response = self._response
         assert response is not None
-        response.headers_complete(self._parser.get_status_code())
+        status = self._parser.get_status_code()
+        if 100 <= status < 200:  # an interim answer (100 Continue): the real one follows
+            response.headers.clear()
+            return
+        response.headers_complete(status)
 
     def on_body(self, body: bytes) -> None:
         """httptools: a piece of the body (chunked encoding already removed)."""
@@ -114,6 +127,8 @@ class _Connection(asyncio.Protocol):
         """httptools: the answer is complete."""
         response = self._response
         assert response is not None
+        if not response.has_head:  # the end of an interim answer
+            return
         response.keep_alive = self._parser.should_keep_alive()
         response.complete()
 
@@ -157,8 +172,8 @@ class Http1Response:
         self._chunks: deque[bytes] = deque()
         self._buffered = 0
         self._paused = False
-        self._any_byte = False
-        self._has_head = False
+        self.any_byte = False
+        self.has_head = False
         self._done = False
         self._error: UpstreamError | None = None
 
@@ -203,14 +218,18 @@ class Http1Response:
         if connection is None:
             return
         connection.detach()
-        if self._done and self.keep_alive and not connection.closed:
+        if self._done and self.keep_alive and not connection.closed and not connection.one_shot:
+            if self._paused:
+                connection.pause(False)
             connection.reused = True
             connection.pool.give_back(connection)
         else:
             connection.close()
 
     def close(self) -> None:
-        """Done with the answer, read or not: close its connection."""
+        """Done with the answer, read or not: close its connection (a reader still waiting
+        gets ``UpstreamError``)."""
+        self.fail(UpstreamError("the answer was closed"))
         connection, self._connection = self._connection, None
         if connection is not None:
             connection.detach()
@@ -220,7 +239,7 @@ class Http1Response:
 
     async def wait_head(self) -> None:
         """Wait for status and headers."""
-        if self._has_head:
+        if self.has_head:
             return
         if self._error is not None:
             raise self._error
@@ -233,8 +252,8 @@ class Http1Response:
     def headers_complete(self, status: int) -> None:
         """The head has been parsed."""
         self.status = status
-        self._has_head = True
-        self._any_byte = True
+        self.has_head = True
+        self.any_byte = True
         if self._head is not None and not self._head.done():
             self._head.set_result(None)
 
@@ -262,13 +281,14 @@ class Http1Response:
             self._head.set_exception(error)
         self._wake()
 
-    def connection_lost(self) -> None:
-        """The engine closed the connection: the end of a body read to EOF, or a failure."""
+    def connection_lost(self, exc: Exception | None) -> None:
+        """The connection closed: the end of a body read to EOF if the engine closed it
+        cleanly, else a failure."""
         if self._done:
             return
-        if self._has_head and self._reads_to_eof():
+        if exc is None and self.has_head and self._reads_to_eof():
             self.complete()
-        elif not self._any_byte:
+        elif not self.any_byte:
             self.fail(StaleConnectionError("the engine closed the connection"))
         else:
             self.fail(UpstreamError("the engine's answer was cut off"))
@@ -309,10 +329,13 @@ class Http1Pool:
         if target is None:
             target = self._targets[url] = _target(url)
         request = target.start + head
-        for _ in range(2):
-            connection = self._pooled(target) if reuse else None
+        for attempt in range(2):
+            # The retry after a stale pooled connection takes a new one: the next pooled
+            # one may be just as stale.
+            connection = self._pooled(target) if reuse and attempt == 0 else None
             if connection is None:
                 connection = await self._connect(target)
+                connection.one_shot = not reuse
             response = Http1Response(connection)
             connection.send(response, request, body)
             try:
