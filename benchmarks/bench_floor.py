@@ -329,6 +329,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--noisy-cores", type=float, default=0.25, help="retry threshold")
     parser.add_argument("--label", default="sluicegate", help="name of the sluicegate target")
     parser.add_argument(
+        "--site",
+        default=None,
+        help="PYTHONPATH of the main sluicegate target, e.g. build/wheel-site (make "
+        "test-compiled installs there the wheel pip builds, compiled core included)",
+    )
+    parser.add_argument(
         "--gateway-arg", action="append", default=[], help="extra serve args (repeatable, split)"
     )
     parser.add_argument(
@@ -392,6 +398,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.low_rate:g} req/s for {args.stream_s:g} s; each run {args.repeats}×, medians. "
         f"Saturation: {args.step_s:g} s steps from {args.start_rate:g} req/s, pass = achieved "
         f"≥ 95% of offered, p99 < {args.p99_limit_ms:g} ms, no errors.",
+        *(
+            [f"{args.label} runs from `{args.site}` (PYTHONPATH), the others from the checkout."]
+            if args.site
+            else []
+        ),
         f"Client, proxies and upstream share the machine. Background load (processes not ours) "
         f"during the fixed-rate phases: median {np.median(others):.2f}, max {max(others):.2f} "
         f"of {os.cpu_count()} cores.",

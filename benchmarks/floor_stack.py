@@ -107,7 +107,10 @@ def stack(upstream: str, args: argparse.Namespace, log_dir: Path) -> Iterator[St
                 )
             )
             url = f"http://127.0.0.1:{port}"
-            group.start(f"gateway-{i}", ["serve", "--config", str(config), *extra], url + "/readyz")
+            # The main target runs from ``--site`` when given (e.g. the installed wheel).
+            env = {"PYTHONPATH": args.site} if i == 0 and args.site else None
+            argv = ["serve", "--config", str(config), *extra]
+            group.start(f"gateway-{i}", argv, url + "/readyz", env=env)
             urls[name], pids[name] = url, _child_pid(str(config))
         yield Stack(upstream, urls, pids)
 

@@ -11,7 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 
@@ -39,11 +39,21 @@ class Children:
         self._procs: list[subprocess.Popen[bytes]] = []
         self._log_dir = log_dir
 
-    def start(self, name: str, args: Sequence[str], ready_url: str, timeout_s: float = 30) -> None:
-        """Run ``python -m sluicegate ARGS`` and wait until ``ready_url`` answers."""
+    def start(
+        self,
+        name: str,
+        args: Sequence[str],
+        ready_url: str,
+        timeout_s: float = 30,
+        *,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """Run ``python -m sluicegate ARGS`` (``env`` added to this process's environment)
+        and wait until ``ready_url`` answers."""
         log = (self._log_dir / f"{name}.log").open("wb")
         proc = subprocess.Popen(
             [sys.executable, "-m", "sluicegate", *args],
+            env=None if env is None else {**os.environ, **env},
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
