@@ -62,13 +62,33 @@ def serve(
     config: Annotated[Path, typer.Option("--config", "-c", help="YAML configuration file")],
     host: Annotated[str | None, typer.Option(help="override server.host")] = None,
     port: Annotated[int | None, typer.Option(help="override server.port")] = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="processes serving one port as one gateway (> 1: they share limits "
+            "through the config's store, or a private redis-server)"
+        ),
+    ] = 1,
 ) -> None:
     """Run the gateway."""
-    from sluicegate.gateway.app import serve as run_gateway
-
+    if workers < 1:
+        err.print(f"[red]--workers: must be at least 1, got {workers}[/red]")
+        raise typer.Exit(2)
     try:
         loaded = load_config(config)
-        run_gateway(loaded, host=host, port=port)
+        if workers == 1:
+            from sluicegate.gateway.app import serve as run_gateway
+
+            run_gateway(loaded, host=host, port=port)
+            return
+        from sluicegate.gateway.workers import WorkersError, run_workers
+
+        try:
+            code = run_workers(config, loaded, workers, host, port)
+        except WorkersError as exc:
+            err.print(f"[red]serve --workers {workers}: {exc}[/red]")
+            raise typer.Exit(1) from None
+        raise typer.Exit(code)
     except ConfigError as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(1) from None

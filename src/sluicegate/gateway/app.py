@@ -147,12 +147,15 @@ def serve(
     *,
     host: str | None = None,
     port: int | None = None,
-    sock: socket.socket | None = None,
+    sockets: list[socket.socket] | None = None,
+    graceful_s: float | None = None,
 ) -> None:
     """Run the gateway with uvicorn (uvloop, httptools) until interrupted.
 
-    ``sock``: an already bound listening socket to serve instead of ``host``/``port``
-    (``serve --workers`` binds one per worker with ``SO_REUSEPORT``).
+    ``sockets``: already bound sockets to serve instead of ``host``/``port`` (a worker
+    of ``serve --workers`` serves its ``SO_REUSEPORT`` socket on the shared port and a
+    private unix socket). ``graceful_s``: at most this long for requests to finish
+    once told to stop (uvicorn's default: no bound).
     """
     app = build_app(config)
     settings = uvicorn.Config(
@@ -166,7 +169,7 @@ def serve(
         # wrap every request for nothing.
         proxy_headers=False,
         timeout_keep_alive=30,
+        timeout_graceful_shutdown=None if graceful_s is None else max(1, round(graceful_s)),
         **uvicorn_protocol_kwargs(connection_limits(config)),
     )
-    server = uvicorn.Server(settings)
-    server.run(sockets=None if sock is None else [sock])
+    uvicorn.Server(settings).run(sockets=sockets)

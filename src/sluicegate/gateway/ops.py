@@ -1,9 +1,16 @@
-"""Operations endpoints: health, readiness, metrics, models, OpenAPI, admin state and drain."""
+"""Operations endpoints: health, readiness, metrics, models, OpenAPI, admin state and drain.
+
+Under ``serve --workers N`` (N > 1) ``/metrics``, ``/admin/state`` and ``/admin/drain``
+answer for the whole gateway: the worker that receives one asks its siblings
+(``gateway/siblings.py``) and merges their answers. ``/healthz`` and ``/readyz``
+answer for the worker that receives them.
+"""
 
 from __future__ import annotations
 
 import functools
 import importlib.resources
+import os
 import time
 
 import orjson
@@ -14,6 +21,13 @@ from starlette.responses import Response
 
 from sluicegate.gateway.auth import request_token
 from sluicegate.gateway.errors import GatewayError, error_response
+from sluicegate.gateway.siblings import (
+    SiblingAnswer,
+    ask_siblings,
+    merge_metrics,
+    topology_from_environ,
+    worker_up_family,
+)
 from sluicegate.gateway.state import GatewayState
 
 
@@ -35,6 +49,13 @@ class Ops:
         self.state = state
         self._created = int(time.time())
         openapi_document()  # parsed once, at start-up: a broken document fails here
+        self.topology = topology_from_environ()
+        if self.topology is not None and self.topology.drain_mark.exists():
+            state.scheduler.drain()  # restarted after the gateway was drained
+
+    def _fans_out(self, request: Request) -> bool:
+        """Whether this request asks for the whole gateway (``serve --workers`` only)."""
+        return self.topology is not None and request.query_params.get("worker") != "local"
 
     async def healthz(self, request: Request) -> Response:
         """The process is up."""
@@ -56,10 +77,18 @@ class Ops:
         )
 
     async def metrics(self, request: Request) -> Response:
-        """Prometheus text format."""
-        return Response(
-            generate_latest(self.state.metrics.registry), media_type=CONTENT_TYPE_LATEST
-        )
+        """Prometheus text format (every worker's samples, labelled ``worker``, under
+        ``serve --workers``)."""
+        local = generate_latest(self.state.metrics.registry)
+        topology = self.topology
+        if topology is None or not self._fans_out(request):
+            return Response(local, media_type=CONTENT_TYPE_LATEST)
+        answers = await ask_siblings(topology, "GET", "/metrics", None)
+        texts = [(topology.index, local.decode())]
+        texts += [(a.index, a.body.decode()) for a in answers if a.status == 200]
+        up = {topology.index: True} | {a.index: a.status == 200 for a in answers}
+        merged = merge_metrics(sorted(texts)) + worker_up_family(up)
+        return Response(merged, media_type=CONTENT_TYPE_LATEST)
 
     async def models(self, request: Request) -> Response:
         """The union of configured models, in OpenAI's list shape.
@@ -81,17 +110,27 @@ class Ops:
         """This gateway's OpenAPI document, as JSON."""
         return Response(openapi_document(), media_type="application/json")
 
-    def _admin(self, request: Request) -> None:
+    def _admin(self, request: Request) -> str:
         token = request_token(request.headers)
         if token is None or not self.state.keys.is_admin(token):
             raise GatewayError(401, "invalid_admin_key", "this endpoint needs the admin key")
+        return token
 
     async def admin_state(self, request: Request) -> Response:
-        """Queues, running counts, limits and backends of every model."""
+        """Queues, running counts, limits and backends of every model (of every worker,
+        as ``{"workers": [...]}``, under ``serve --workers``)."""
         try:
-            self._admin(request)
+            token = self._admin(request)
         except GatewayError as exc:
             return exc.response()
+        local = self._local_state()
+        topology = self.topology
+        if topology is None or not self._fans_out(request):
+            return _json(local)
+        answers = await ask_siblings(topology, "GET", "/admin/state", f"Bearer {token}")
+        return _json({"workers": _merged(local, topology.index, answers)})
+
+    def _local_state(self) -> dict[str, object]:
         scheduler = self.state.scheduler
         models = []
         for name in scheduler.models():
@@ -132,13 +171,44 @@ class Ops:
             )
         link = self.state.link
         store = {"kind": "memory"} if link is None else link.status()
-        return _json({"draining": scheduler.draining, "store": store, "models": models})
+        answer: dict[str, object] = {
+            "draining": scheduler.draining,
+            "store": store,
+            "models": models,
+        }
+        if self.topology is not None:
+            answer = {"worker": self.topology.index, "pid": os.getpid(), **answer}
+        return answer
 
     async def admin_drain(self, request: Request) -> Response:
-        """Stop admitting new requests; queued and running ones finish."""
+        """Stop admitting new requests; queued and running ones finish (in every worker,
+        and in any worker restarted later, under ``serve --workers``)."""
         try:
-            self._admin(request)
+            token = self._admin(request)
         except GatewayError as exc:
             return exc.response()
         self.state.scheduler.drain()
-        return _json({"draining": True})
+        topology = self.topology
+        if topology is None or not self._fans_out(request):
+            return _json({"draining": True})
+        topology.drain_mark.touch()
+        answers = await ask_siblings(topology, "POST", "/admin/drain", f"Bearer {token}")
+        workers = _merged({"draining": True, "worker": topology.index}, topology.index, answers)
+        return _json({"draining": all("error" not in w for w in workers), "workers": workers})
+
+
+def _merged(
+    local: dict[str, object], index: int, answers: list[SiblingAnswer]
+) -> list[dict[str, object]]:
+    """This worker's answer and its siblings', in worker order; a sibling that did not
+    answer 200 appears as ``{"worker": i, "error": ...}``."""
+    merged: list[tuple[int, dict[str, object]]] = [(index, local)]
+    for answer in answers:
+        entry: dict[str, object]
+        if answer.status == 200:
+            entry = {"worker": answer.index, **orjson.loads(answer.body)}
+        else:
+            error = answer.error or f"HTTP {answer.status}"
+            entry = {"worker": answer.index, "error": error}
+        merged.append((answer.index, entry))
+    return [entry for _, entry in sorted(merged, key=lambda pair: pair[0])]
