@@ -181,3 +181,38 @@ def test_distributed_smoke_serves_everything_and_keeps_the_cap(tmp_path: Path) -
     (parked,) = table(body, "Redis memory per waiting ticket (INFO memory used_memory)")
     assert number(parked["parked"]) == 200 == number(parked["in the lane's sorted set"]), parked
     assert number(parked["bytes per sorted-set entry"]) > 0, parked
+
+
+@pytest.mark.slow
+def test_floor_smoke_measures_every_target_on_both_upstreams(tmp_path: Path) -> None:
+    """On both upstreams every fixed-rate phase (100/s, 300/s, streaming) served every
+    request of direct, the pass-through and sluicegate without an error, each proxy's CPU
+    per request is positive and its ratio to the pass-through's is the quotient of the
+    two; the targets table names all ten of issue 18's bars."""
+    _, text = run_smoke("bench_floor.py", tmp_path)
+    body = section(text, "bench_floor")
+    bars = table(body, "Issue 18 targets (CPU at max rate: each at its own ceiling)")
+    assert len(bars) == 10, bars
+    assert {row["bar"].split(":")[0] for row in bars} == {"fake", "emulator"}
+    for upstream in ("tiny aiohttp upstream", "emulator"):
+        title = (
+            f"{upstream}: fixed rates per target, medians of the repeats (streaming: TTFT; "
+            "direct's CPU: the upstream's per request answered)"
+        )
+        rows = table(body, title)
+        assert {(row["phase"], row["target"]) for row in rows} == {
+            (phase, target)
+            for phase in ("100/s", "300/s", "stream 100/s")
+            for target in ("direct", "pass-through", "sluicegate")
+        }
+        floor = {
+            row["phase"]: number(row["CPU µs/req"])
+            for row in rows
+            if row["target"] == "pass-through"
+        }
+        for row in rows:
+            assert number(row["errors"]) == 0, row
+            cpu = number(row["CPU µs/req"])
+            assert cpu > 0, row
+            ratio = number(row["× pass-through"])
+            assert ratio == pytest.approx(cpu / floor[row["phase"]], abs=0.006), row
