@@ -130,7 +130,10 @@ class StreamRelay:
         try:
             ending = await self._relay(exchange, response, progress)
         finally:
-            response.close()
+            # A stream read to its end keeps its connection for the next request; one
+            # cut short (the client left, a preemption, a deadline) closes it, which
+            # is what tells the engine to stop generating.
+            response.release()
         exchange.finish(ending.outcome, progress.usage(exchange, ending), ttft_s=progress.ttft_s)
         if exchange.interrupts.reason is Interrupt.CLIENT_STALLED:
             await abort_connection(exchange.scope)
