@@ -46,8 +46,10 @@ then one ``LPOP`` round trip to drain what else arrived. A request costs its
 share of two syncs (its offer, its drop, batched with whatever else the flush
 carries) plus one ``take`` if its tenant is rate-limited. After a Redis restart
 the first call of each script costs one more (``NOSCRIPT``, ``SCRIPT LOAD``,
-retry). On loopback (``benchmarks/bench_store_rtt.py``, 2 loaded cores), medians:
-ping 0.1 ms, sync with 1 op 0.3–0.5 ms, with 32 ops 1.3–1.6 ms; Redis spends
+retry). The main connection speaks RESP itself (``store/resp.py``: one write and one
+future per round trip); only the ``BLPOP`` listener uses redis-py. On loopback
+(``benchmarks/bench_store_rtt.py``, 2 loaded cores), medians: ping 0.06 ms, sync with
+1 op 0.17 ms, with 32 ops 1.1–1.4 ms, take 0.1 ms; Redis spends
 about 35 µs of CPU per request (offer, grant, release), so one Redis core
 serves on the order of 25,000 requests/s.
 
@@ -61,20 +63,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import math
 from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, RedisError
 
 from sluicegate.store.errors import StoreUnavailableError
 from sluicegate.store.keys import check_replica_id, grants_key, model_base, rate_key
 from sluicegate.store.order import encode_order
+from sluicegate.store.resp import Arg, RespClient
 from sluicegate.store.types import (
     Drop,
     GlobalCounts,
@@ -89,7 +93,17 @@ from sluicegate.store.types import (
 __all__ = ["RedisStore"]
 
 _T = TypeVar("_T")
-_Call = tuple[AsyncScript, list[str], list[str | int | float]]
+
+
+@dataclass(slots=True)
+class _Script:
+    """A Lua script and its SHA1 (what ``EVALSHA`` names it by)."""
+
+    text: str
+    sha: str
+
+
+_Call = tuple[_Script, list[str], list[str | int | float]]
 _STORE_ERRORS = (RedisError, OSError, EOFError, TimeoutError)
 BLOCK_LATENESS_S = 0.1
 """How late Redis may end a ``BLPOP`` past its timeout: it checks blocked clients'
@@ -103,6 +117,10 @@ def _script_text(name: str, *, prelude: str) -> str:
     folder = resources.files("sluicegate.store").joinpath("scripts")
     head = folder.joinpath(f"{prelude}.lua").read_text(encoding="utf-8")
     return head + folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
+
+
+def _script(text: str) -> _Script:
+    return _Script(text, hashlib.sha1(text.encode()).hexdigest())
 
 
 def _rate_args(rate: float | None, burst: float) -> list[str | int | float]:
@@ -134,9 +152,10 @@ class RedisStore:
         self._replica = check_replica_id(replica)
         self._ttl_ms = max(1, round(lease_ttl_s * 1000.0))
         self._timeout_s = timeout_s
-        self._client: Redis | None = None
+        self._main_url = url
+        self._client: RespClient | None = None
         self._listener: Redis | None = None
-        self._scripts: dict[str, AsyncScript] = {}
+        self._scripts: dict[str, _Script] = {}
 
     @property
     def replica(self) -> str:
@@ -155,67 +174,93 @@ class RedisStore:
     async def connect(self) -> None:
         """Create the clients, register the scripts and ping (``StoreUnavailableError`` if down)."""
         if self._client is None:
-            client = self._client = self._connect_client(self._timeout_s)
+            # Hot path (every sync, take and heartbeat): the lean pipelined client.
+            self._client = RespClient(self._main_url, connect_timeout_s=self._timeout_s)
             # The listener's reads are bounded per call (by next_grants's block_s), not per socket.
             self._listener = self._connect_client(None)
             for name in ("sync", "heartbeat", "resync", "counts", "live"):
-                self._scripts[name] = client.register_script(_script_text(name, prelude="common"))
+                self._scripts[name] = _script(_script_text(name, prelude="common"))
             for name in ("take", "refund"):
-                self._scripts[name] = client.register_script(_script_text(name, prelude="bucket"))
+                self._scripts[name] = _script(_script_text(name, prelude="bucket"))
         await self.ping()
-        await self._bounded(self._load_scripts())
+        await self._guarded(self._load_scripts(list(self._scripts.values()), self._deadline()))
 
-    async def _load_scripts(self) -> None:
-        """Load every script now, in one round trip, so that the first calls on a store that
-        restarted empty do not pay ``NOSCRIPT`` and a load inside their own timeout."""
-        pipe = self._main().pipeline(transaction=False)
-        for script in self._scripts.values():
-            pipe.script_load(script.script)
-        for script, sha in zip(self._scripts.values(), await pipe.execute(), strict=True):
+    async def _load_scripts(self, scripts: Sequence[_Script], deadline: float) -> None:
+        """Load ``scripts`` in one round trip. ``connect`` loads them all, so that the first
+        calls on a store that restarted empty do not pay ``NOSCRIPT`` and a load inside
+        their own timeout."""
+        loads: list[list[Arg]] = [["SCRIPT", "LOAD", script.text] for script in scripts]
+        replies = await self._main().execute(loads, deadline)
+        for script, sha in zip(scripts, replies, strict=True):
+            if isinstance(sha, Exception):
+                raise sha
             script.sha = sha
 
     async def close(self) -> None:
         """Close both clients (idempotent, never raises: a store that stopped answering
         cannot refuse a close); ``connect`` may be called again afterwards."""
-        clients = (self._client, self._listener)
+        client, listener = self._client, self._listener
         self._client = self._listener = None
-        for client in clients:
-            if client is not None:
-                with contextlib.suppress(*_STORE_ERRORS):
-                    await asyncio.wait_for(client.aclose(), self._timeout_s)
+        if client is not None:
+            client.close()
+        if listener is not None:
+            with contextlib.suppress(*_STORE_ERRORS):
+                await asyncio.wait_for(listener.aclose(), self._timeout_s)
 
-    def _main(self) -> Redis:
+    def _main(self) -> RespClient:
         if self._client is None:
             raise StoreUnavailableError("the store is not connected")
         return self._client
 
-    async def _bounded(self, call: Awaitable[_T], timeout_s: float | None = None) -> _T:
+    def _deadline(self) -> float:
+        """When a call starting now must have its answer (the event loop's clock)."""
+        return asyncio.get_running_loop().time() + self._timeout_s
+
+    @staticmethod
+    async def _guarded(call: Awaitable[_T]) -> _T:
+        """``call``, with the main client's errors as ``StoreUnavailableError`` (it keeps
+        its own deadline: no ``asyncio.timeout`` needed)."""
         try:
-            async with asyncio.timeout(self._timeout_s if timeout_s is None else timeout_s):
+            return await call
+        except _STORE_ERRORS as error:
+            raise StoreUnavailableError(f"redis store: {type(error).__name__}: {error}") from error
+
+    @staticmethod
+    async def _bounded(call: Awaitable[_T], timeout_s: float) -> _T:
+        """``call`` on the listener (redis-py), within ``timeout_s``; errors as
+        ``StoreUnavailableError``."""
+        try:
+            async with asyncio.timeout(timeout_s):
                 return await call
         except _STORE_ERRORS as error:
             raise StoreUnavailableError(f"redis store: {type(error).__name__}: {error}") from error
 
     async def ping(self) -> None:
         """One round trip to the store."""
-        await self._bounded(self._main().ping())
+        main = self._main()
+        (reply,) = await self._guarded(main.execute([["PING"]], self._deadline()))
+        if isinstance(reply, Exception):
+            raise StoreUnavailableError(f"redis store: {type(reply).__name__}: {reply}")
 
-    async def _pipeline(self, calls: Sequence[_Call]) -> list[Any]:
-        pipe = self._main().pipeline(transaction=False)
-        for script, keys, args in calls:
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
-        return list(await pipe.execute(raise_on_error=False))
+    async def _pipeline(self, calls: Sequence[_Call], deadline: float) -> list[Any]:
+        commands: list[list[Arg]] = [
+            ["EVALSHA", script.sha, len(keys), *keys, *args] for script, keys, args in calls
+        ]
+        return await self._main().execute(commands, deadline)
 
     async def _run(self, calls: Sequence[_Call]) -> list[Any]:
-        """Run script calls in one pipeline; reload the scripts a restarted Redis lost."""
-        replies = await self._pipeline(calls)
+        """Run script calls in one pipeline; reload the scripts a restarted Redis lost.
+        The whole of it (reload and retry included) within ``timeout_s``."""
+        return await self._guarded(self._run_within(calls, self._deadline()))
+
+    async def _run_within(self, calls: Sequence[_Call], deadline: float) -> list[Any]:
+        replies = await self._pipeline(calls, deadline)
         missing = [index for index, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:
-            for script in {id(calls[index][0]): calls[index][0] for index in missing}.values():
-                script.sha = await self._main().script_load(script.script)
-            for index, reply in zip(
-                missing, await self._pipeline([calls[index] for index in missing]), strict=True
-            ):
+            lost = {id(calls[index][0]): calls[index][0] for index in missing}
+            await self._load_scripts(list(lost.values()), deadline)
+            retried = await self._pipeline([calls[index] for index in missing], deadline)
+            for index, reply in zip(missing, retried, strict=True):
                 replies[index] = reply
         for reply in replies:
             if isinstance(reply, Exception):
@@ -279,7 +324,7 @@ class RedisStore:
             for op in ops
             if isinstance(op, Refund) and (call := self._refund_call(op)) is not None
         ]
-        replies = await self._bounded(self._run([*sync_calls, *refund_calls]))
+        replies = await self._run([*sync_calls, *refund_calls])
         return [
             SyncResult(
                 granted=tuple(reply[0]),
@@ -314,7 +359,7 @@ class RedisStore:
             int(tokens),
         ]
         call = (self._scripts["take"], [rate_key(self._prefix, rates.tenant)], args)
-        replies = await self._bounded(self._run([call]))
+        replies = await self._run([call])
         return float(replies[0])
 
     def _per_model(
@@ -332,7 +377,7 @@ class RedisStore:
         calls = self._per_model("heartbeat", models, [self._replica, self._ttl_ms])
         if not calls:
             return 0
-        replies = await self._bounded(self._run(calls))
+        replies = await self._run(calls)
         return max(int(reply) for reply in replies)
 
     async def live_replicas(self, models: Sequence[str]) -> set[str]:
@@ -340,7 +385,7 @@ class RedisStore:
         calls = self._per_model("live", models, [])
         if not calls:
             return set()
-        replies = await self._bounded(self._run(calls))
+        replies = await self._run(calls)
         return {str(replica) for reply in replies for replica in reply}
 
     async def resync(self, limits: ModelLimits, leases: Sequence[Lease]) -> None:
@@ -354,7 +399,7 @@ class RedisStore:
             args += [lease.ticket, lease.lane, lease.tenant, float(lease.weight)]
             args.append(int(lease.cost_tokens))
         call = (self._scripts["resync"], [model_base(self._prefix, limits.model)], args)
-        await self._bounded(self._run([call]))
+        await self._run([call])
 
     async def next_grants(
         self, models: Sequence[str], block_s: float = 1.0
@@ -403,7 +448,7 @@ class RedisStore:
         for lane in limits.lanes:
             args += [lane.name, int(lane.fair)]
         call: _Call = (self._scripts["counts"], [model_base(self._prefix, limits.model)], args)
-        (reply,) = await self._bounded(self._run([call]))
+        (reply,) = await self._run([call])
         lanes_running = dict.fromkeys((lane.name for lane in limits.lanes), 0)
         lanes_waiting = dict(lanes_running)
         for pairs, target in ((reply[4], lanes_running), (reply[5], lanes_waiting)):
