@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from starlette.datastructures import Headers
 
@@ -60,5 +60,9 @@ def request_token(headers: Headers) -> str | None:
     would otherwise depend on the reader, and a proxy in front may have checked
     a different one than the gateway uses.
     """
-    values = headers.getlist("authorization")
+    return only_bearer(headers.getlist("authorization"))
+
+
+def only_bearer(values: Sequence[str]) -> str | None:
+    """The bearer token of the only ``Authorization`` value; ``None`` for none or several."""
     return bearer(values[0]) if len(values) == 1 else None

@@ -16,14 +16,14 @@ import logging
 import os
 import zlib
 
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from sluicegate.core.ticket import Ticket, TicketId
 from sluicegate.gateway.admission import admission, submit
 from sluicegate.gateway.asgi import abort_connection, send_error
-from sluicegate.gateway.auth import request_token
-from sluicegate.gateway.body import read_body
+from sluicegate.gateway.auth import only_bearer
+from sluicegate.gateway.body import RequestHead, read_body
 from sluicegate.gateway.classify import Endpoint, classify, estimate_prompt_tokens, parse_body
 from sluicegate.gateway.errors import GatewayError
 from sluicegate.gateway.exchange import Exchange
@@ -70,11 +70,11 @@ class InferenceHandler:
         except GatewayError as exc:
             await send_error(send, exc)
 
-    def _tenant(self, request: Request) -> str:
+    def _tenant(self, head: RequestHead) -> str:
         state = self.state
         if not state.auth_required:
             return state.anonymous_tenant
-        token = request_token(request.headers)
+        token = only_bearer(head.authorization)
         tenant = state.keys.tenant(token) if token is not None else None
         if tenant is None:
             raise GatewayError(401, "invalid_api_key", "missing or unknown API key")
@@ -83,13 +83,13 @@ class InferenceHandler:
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         state = self.state
         arrival = state.driver.now()
-        request = Request(scope, receive)
-        tenant = self._tenant(request)
+        head = RequestHead.of(scope)
+        tenant = self._tenant(head)
         try:
-            raw = await read_body(request, state.config.server.max_body_bytes)
+            raw = await read_body(head, receive, state.config.server.max_body_bytes)
         except ClientDisconnect:
             return
-        ticket = self._ticket(request, tenant, raw, arrival)
+        ticket = self._ticket(head, tenant, raw, arrival)
         exchange = Exchange(scope, send, ticket, raw, state.driver, state.metrics)
         waiting = submit(exchange, state.driver)
         on_disconnect = scope.get("extensions", {}).get(DISCONNECT_EXTENSION)
@@ -116,20 +116,19 @@ class InferenceHandler:
                 on_disconnect(None)
             exchange.interrupts.close()
 
-    def _ticket(self, request: Request, tenant: str, raw: bytes, arrival: float) -> Ticket:
+    def _ticket(self, head: RequestHead, tenant: str, raw: bytes, arrival: float) -> Ticket:
         """The scheduler's ticket for a request: parse, classify, estimate."""
         state = self.state
         parsed = parse_body(raw, self.endpoint)
         model = state.models.get(parsed.model)
         if model is None:
             raise GatewayError(404, "model_not_found", f"model {parsed.model!r} does not exist")
-        headers = request.headers
         kind = classify(
             model,
             state.tenant_spec(tenant),
-            lane_header=headers.get("x-sluicegate-lane"),
-            priority_header=headers.get("x-sluicegate-priority"),
-            deadline_header=headers.get("x-sluicegate-deadline-ms"),
+            lane_header=head.lane,
+            priority_header=head.priority,
+            deadline_header=head.deadline_ms,
             body_priority=parsed.priority,
         )
         server = state.config.server
