@@ -107,8 +107,8 @@ def stack(upstream: str, args: argparse.Namespace, log_dir: Path) -> Iterator[St
                 )
             )
             url = f"http://127.0.0.1:{port}"
-            # The main target runs from ``--site`` when given (e.g. the installed wheel).
-            env = {"PYTHONPATH": args.site} if i == 0 and args.site else None
+            # Every sluicegate runs from ``--site`` when given (e.g. the installed wheel).
+            env = {"PYTHONPATH": args.site} if args.site else None
             argv = ["serve", "--config", str(config), *extra]
             group.start(f"gateway-{i}", argv, url + "/readyz", env=env)
             urls[name], pids[name] = url, _child_pid(str(config))
