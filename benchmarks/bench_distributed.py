@@ -70,6 +70,7 @@ from distributed_throughput import ceiling_grid, fmt, ratio, steps_grid, through
 from livestack import (
     LiveStack,
     Process,
+    apply_presets,
     fast_loop,
     live_stack,
     raise_open_files,
@@ -340,12 +341,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--park-rate", type=float, default=2000.0, help="parked requests/s")
     parser.add_argument("--write", type=Path, default=None, help="Markdown file to update")
     args = parser.parse_args(argv)
-    for mode in ("quick", "smoke"):
-        if getattr(args, mode):
-            for name, value in MODES[mode].items():
-                if getattr(args, name) == parser.get_default(name):
-                    setattr(args, name, value)
-    return args
+    return apply_presets(parser, args, [MODES[m] for m in ("quick", "smoke") if getattr(args, m)])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -66,7 +66,7 @@ from floor_stack import (
     paced,
     stack,
 )
-from livestack import fast_loop, wide_console, write_report
+from livestack import apply_presets, fast_loop, wide_console, write_report
 from sluicegate.bench.loadgen import build_body, endpoint_url
 from sluicegate.outcomes import WorkloadRequest
 from tables import Grid, bar_row, bars_grid, cells, percentile_ms
@@ -369,11 +369,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     quick = {"phase_s": 4.0, "stream_s": 3.0, "warmup_s": 2.0, "step_s": 1.5, "refine": 2}
     smoke = {"repeats": 1, "phase_s": 1.0, "stream_s": 1.0, "warmup_s": 0.5, "step_s": 0.5}
     smoke |= {"refine": 0, "max_rate": 400.0}
-    for settings in [smoke] * args.smoke + [quick] * args.quick:
-        for name, value in settings.items():
-            if getattr(args, name) == parser.get_default(name):
-                setattr(args, name, value)
-    return args
+    return apply_presets(parser, args, [smoke] * args.smoke + [quick] * args.quick)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,6 +37,7 @@ __all__ = [
     "CpuMeter",
     "LiveStack",
     "Process",
+    "apply_presets",
     "gauge",
     "live_stack",
     "machine_busy_s",
@@ -233,6 +234,20 @@ def raise_open_files(wanted: int) -> int:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
         soft = target
     return soft
+
+
+def apply_presets(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    presets: Sequence[Mapping[str, object]],
+) -> argparse.Namespace:
+    """Each preset's settings (``--quick``, ``--smoke``...) over ``args``, in order, except
+    where the command line gave a value other than the default."""
+    for preset in presets:
+        for name, value in preset.items():
+            if getattr(args, name) == parser.get_default(name):
+                setattr(args, name, value)
+    return args
 
 
 def wide_console() -> Console:
