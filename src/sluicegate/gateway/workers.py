@@ -117,6 +117,7 @@ class Supervisor:
     grace_s: float = STOP_GRACE_S
     workers: list[_Child] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _redis_retry_at: float | None = None
 
     def spec(self, index: int) -> WorkerSpec:
         """Worker ``index``'s settings."""
@@ -176,20 +177,37 @@ class Supervisor:
         for index, child in enumerate(self.workers):
             if child.restart_at is not None:
                 if now >= child.restart_at:
-                    self._start_worker(index)
+                    try:
+                        self._start_worker(index)
+                    except OSError as exc:  # e.g. out of processes: try again later
+                        child.restart_at = now + child.backoff_s
+                        _log.warning("%s: %s; trying again", child.name, exc)
                 continue
             assert child.process is not None
             code = child.process.poll()
             if code is not None:
                 self._schedule_restart(child, code, now)
         if self.redis is not None:
-            code = self.redis.exited()
-            if code is not None:
-                _log.warning("private redis-server exited (code %s); restarting it", code)
-                try:
-                    self.redis.start()
-                except PrivateRedisError as exc:
-                    _log.warning("%s; trying again in %.1f s", exc, BACKOFF_MIN_S)
+            if self._redis_retry_at is not None:
+                if now >= self._redis_retry_at:
+                    self._restart_redis(now)
+            else:
+                code = self.redis.exited()
+                if code is not None:
+                    _log.warning("private redis-server exited (code %s); restarting it", code)
+                    self._restart_redis(now)
+
+    def _restart_redis(self, now: float) -> None:
+        """Start the private Redis again; if that fails, try again ``BACKOFF_MIN_S`` later
+        (``exited`` no longer sees a Redis that failed to start)."""
+        assert self.redis is not None
+        try:
+            self.redis.start()
+        except (PrivateRedisError, OSError) as exc:
+            self._redis_retry_at = now + BACKOFF_MIN_S
+            _log.warning("%s; trying again in %.1f s", exc, BACKOFF_MIN_S)
+        else:
+            self._redis_retry_at = None
 
     def _schedule_restart(self, child: _Child, code: int, now: float) -> None:
         if now - child.started >= STABLE_AFTER_S:
