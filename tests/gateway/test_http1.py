@@ -215,6 +215,18 @@ async def test_content_length_body_from_aiohttp() -> None:
     assert seen == [("/v1/completions?x=1", f"127.0.0.1:{port}", BODY)]
 
 
+async def test_credentials_in_the_url_are_sent_as_basic_auth() -> None:
+    """``http://user:p%40ss@host/...``: the request carries ``Authorization: Basic`` with
+    the decoded user and password (as aiohttp sent them), and the Host header has no
+    credentials."""
+    async with raw_server(answering(OK)) as server, open_pool() as pool:
+        url = server.url.replace("http://", "http://bob:p%40ss@")
+        assert (await post_and_read(pool, url))[0] == 200
+    head = server.requests[0].decode("latin-1")
+    assert "\r\nAuthorization: Basic Ym9iOnBAc3M=\r\n" in head, head  # bob:p@ss
+    assert "bob" not in head.split("\r\nHost: ", 1)[1].split("\r\n", 1)[0]
+
+
 async def test_chunked_body_split_at_odd_places_is_decoded() -> None:
     """A chunked answer whose bytes arrive split inside the size line, inside the CRLFs and
     inside the data (with a chunk extension and a trailer) reads as exactly the decoded

@@ -16,10 +16,11 @@ Flow control: when more than ``READ_BUFFER_BYTES`` of an answer are buffered unr
 from __future__ import annotations
 
 import asyncio
+import base64
 import ssl
 from collections import deque
 from typing import NamedTuple, cast
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import httptools
 
@@ -54,6 +55,11 @@ def _target(url: str) -> _Target:
         path += "?" + parts.query
     authority = parts.netloc.rsplit("@", 1)[-1]
     start = f"POST {path} HTTP/1.1\r\nHost: {authority}\r\n".encode("latin-1")
+    if parts.username is not None or parts.password is not None:
+        # Credentials in the backend URL: HTTP Basic, as aiohttp sends them.
+        user, password = unquote(parts.username or ""), unquote(parts.password or "")
+        token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+        start += f"Authorization: Basic {token}\r\n".encode("latin-1")
     return _Target(host, port, tls, start)
 
 
