@@ -43,7 +43,8 @@ KV_CAPACITY = "kv_capacity_tokens"  # key of the derived capacity in ``parse_eng
 PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
 METRICS_RETRY_POLLS = 30
 _WANTED = frozenset(KV_USAGE + RUNNING + WAITING)
-_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_SAMPLE_HEAD = re.compile(r"[ \t]*([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t]*")
+_LABEL_BLOCK = re.compile(r'\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\}')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
@@ -51,32 +52,53 @@ def parse_engine_metrics(text: str) -> dict[str, float]:
     """Sum the samples of the known engine metrics (over labels such as ``model_name``).
 
     The KV capacity from ``vllm:cache_config_info``, when its labels give it, is
-    under ``KV_CAPACITY``. Raises ``ValueError`` for a body that is not Prometheus
-    text. A line scan that parses labels only where it needs them: prometheus-client's
-    full parser cost ~2% of the gateway's CPU at 200 req/s, scraping once a second.
+    under ``KV_CAPACITY``. A line that is not a sample is skipped; ``ValueError`` if
+    no line is (a body that is not Prometheus text). A scan with two regular
+    expressions that parses labels only where it needs them: prometheus-client's full
+    parser cost ~2% of the gateway's CPU at 200 req/s, scraping once a second.
     """
     found: dict[str, float] = {}
+    samples = skipped = 0
     for line in text.splitlines():
-        if not line or line[0] == "#":
+        sample = _sample(line)
+        if sample is None:
+            stripped = line.strip()
+            skipped += bool(stripped) and not stripped.startswith("#")
             continue
-        brace, space = line.find("{"), line.find(" ")
-        if brace != -1 and (space == -1 or brace < space):
-            name, end = line[:brace], line.rfind("}")
-            if end < brace:
-                raise ValueError(f"not Prometheus text: {line[:80]!r}")
-            labels, fields = line[brace + 1 : end], line[end + 1 :].split()
-        else:
-            name, labels, fields = line[:space], "", line[space:].split()
-        if space == -1 or not 1 <= len(fields) <= 2 or not _METRIC_NAME.fullmatch(name):
-            raise ValueError(f"not Prometheus text: {line[:80]!r}")
-        value = float(fields[0])
+        samples += 1
+        name, labels, value = sample
         if name in _WANTED:
             found[name] = found.get(name, 0.0) + value
         elif name == CACHE_CONFIG:
             capacity = _kv_capacity(dict(_LABEL.findall(labels)))
             if capacity is not None:
                 found[KV_CAPACITY] = float(capacity)
+    if samples == 0 and skipped:
+        raise ValueError("not Prometheus text")
     return found
+
+
+def _sample(line: str) -> tuple[str, str, float] | None:
+    """``(name, label text, value)`` of a sample line (exemplar and timestamp dropped),
+    ``None`` for anything else."""
+    head = _SAMPLE_HEAD.match(line)
+    if head is None:
+        return None
+    rest, labels = line[head.end() :], ""
+    if rest.startswith("{"):
+        block = _LABEL_BLOCK.match(rest)
+        if block is None:
+            return None
+        labels, rest = rest[1 : block.end() - 1], rest[block.end() :]
+    fields = rest.split()
+    if "#" in fields:  # an OpenMetrics exemplar follows
+        fields = fields[: fields.index("#")]
+    if not 1 <= len(fields) <= 2:
+        return None
+    try:
+        return head.group(1), labels, float(fields[0])
+    except ValueError:
+        return None
 
 
 def _kv_capacity(labels: dict[str, str]) -> int | None:
