@@ -73,19 +73,26 @@ def _can_compile() -> bool:
     return True
 
 
+# The setuptools commands that build extensions; pip's metadata steps (egg_info,
+# dist_info) and editable installs (editable_wheel) need no mypyc run.
+BUILDS = {"bdist_wheel", "build_ext", "build", "install", "bdist"}
+
+
 def _ext_modules() -> list[Any]:
-    if SETTING == "0" or (SETTING != "1" and "editable_wheel" in sys.argv):
+    if SETTING == "0":
         return []
-    if SETTING != "1" and not _can_compile():
+    if SETTING != "1" and (not BUILDS & set(sys.argv[1:]) or not _can_compile()):
         return []
     try:
         from mypyc.build import mypycify
-    except ImportError:
+
+        return list(mypycify(COMPILED, opt_level="3"))
+    except (ImportError, SystemExit, Exception) as exc:
+        # mypyc exits on a type error (a newer mypy may find one); the core still runs.
         if SETTING == "1":
             raise
-        _warn("mypyc is not installed in the build environment")
+        _warn(f"mypyc could not compile the core ({exc!r})")
         return []
-    return list(mypycify(COMPILED, opt_level="3"))
 
 
 class OptionalBuildExt(build_ext):
