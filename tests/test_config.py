@@ -93,6 +93,25 @@ def test_redis_store_urls_are_accepted(store: str) -> None:
     assert config.distributed.lease_ttl_s == 5.0
 
 
+@pytest.mark.parametrize(
+    ("store", "says"),
+    [
+        ("redis://:hunter2@cache:6379/0?ssl_ca_path=/x", "unsupported Redis URL option"),
+        ("redis://:hunter2@cache:6379/zero", "database must be a number"),
+    ],
+)
+def test_redis_store_url_the_client_cannot_use_is_refused(store: str, says: str) -> None:
+    """A Redis URL with an option the store's client lacks, or a db that is not a number,
+    is refused at load time naming the field, its line and the part (not a traceback at
+    start-up), and the password is never echoed."""
+    with pytest.raises(ConfigError) as info:
+        parse_config(f'models: [{{name: m}}]\nstore: "{store}"\n')
+    message = str(info.value)
+    assert "store (line 2)" in message
+    assert says in message
+    assert "hunter2" not in message
+
+
 def test_memory_store_is_accepted() -> None:
     """``store: memory``, written or left out, keeps state in the one gateway process."""
     assert parse_config("models: [{name: m}]\nstore: memory\n").store == "memory"

@@ -156,7 +156,12 @@ class Config(BaseModel):
     @classmethod
     def _known_store(cls, value: object) -> object:
         # The value is not echoed: a store URL may carry a password.
-        if value == "memory" or (isinstance(value, str) and value.startswith(STORE_SCHEMES)):
+        if value == "memory":
+            return value
+        if isinstance(value, str) and value.startswith(STORE_SCHEMES):
+            from sluicegate.store.resp import parse_redis_url
+
+            parse_redis_url(value)  # its errors name the part, never the URL
             return value
         raise ValueError(
             "must be 'memory' (state in this one gateway process) or the URL of a Redis or "
