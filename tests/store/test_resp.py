@@ -281,6 +281,23 @@ async def test_a_killed_redis_fails_fast_and_the_client_reconnects(server: Redis
         client.close()
 
 
+async def test_a_redis_restarted_while_idle_is_reported_once(server: RedisServer) -> None:
+    """Redis restarts while no call is pending: the next call raises ConnectionError (the
+    store must learn its state is gone, as redis-py without retries told it), and the
+    one after connects to the new Redis."""
+    client = RespClient(server.url, connect_timeout_s=TIMEOUT_S)
+    try:
+        assert await _run(client, [["SET", "k", "v"]]) == ["OK"]
+        server.kill()
+        server.start()
+        await asyncio.sleep(0.05)  # the loss reaches the idle connection
+        with pytest.raises(ConnectionError):
+            await _run(client, [["GET", "k"]])
+        assert await _run(client, [["GET", "k"]]) == [None]
+    finally:
+        client.close()
+
+
 async def test_a_paused_redis_times_out_every_pending_call(server: RedisServer) -> None:
     """SIGSTOP: every pending pipeline fails with TimeoutError at the deadline, the
     connection is dropped, and calls work again once Redis resumes."""

@@ -246,6 +246,7 @@ class _RespProtocol(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self.unreported = False
         self._parser = RespParser()
         self._pending: deque[_Pending] = deque()
 
@@ -253,6 +254,8 @@ class _RespProtocol(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        # Lost while nothing waited (Redis restarted, say): nobody has heard of it yet.
+        self.unreported = not self.closed and not self._pending
         self.fail(
             RedisConnectionError(f"connection to redis lost: {exc or 'closed by the server'}")
         )
@@ -324,6 +327,12 @@ class RespClient:
         if not commands:
             return []
         protocol = self._protocol
+        if protocol is not None and protocol.unreported:
+            # The next call after a silent loss fails, as redis-py's did (no retries):
+            # a Redis that restarted lost this replica's state, and the store's
+            # lifecycle must hear of it (fallback, then resync) rather than carry on.
+            self._protocol = None
+            raise RedisConnectionError("the connection to redis was lost")
         if protocol is None or protocol.closed:
             protocol = await self._connection(deadline)
         future = protocol.send(encode_commands(commands), len(commands))
