@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -32,6 +31,7 @@ from redis.asyncio import Redis
 from distributed_load import Target
 from livestack import LiveStack, Process, gauge, machine_busy_s
 from sluicegate.demo.processes import free_port
+from sluicegate.gateway.private_redis import answers_ping
 from tables import Grid, cells
 
 __all__ = [
@@ -129,15 +129,6 @@ def start_fleet(
     return Fleet(name, tuple(gateways))
 
 
-def _answers_ping(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
-            conn.sendall(b"PING\r\n")
-            return conn.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
 @contextlib.contextmanager
 def running_redis() -> Iterator[Process]:
     """A private ``redis-server`` on a free loopback port (never 6379), without persistence;
@@ -152,7 +143,7 @@ def running_redis() -> Iterator[Process]:
         server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 10.0
-            while not _answers_ping(port):
+            while not answers_ping(port):
                 if server.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"redis-server did not start on port {port}")
                 time.sleep(0.01)

@@ -15,15 +15,8 @@ when it is installed.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import re
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 
 import orjson
 from aiohttp import web
@@ -100,37 +93,9 @@ def build_upstream(model: str) -> web.Application:
     return app
 
 
-@contextlib.contextmanager
-def running(port: int, model: str, log: Path, timeout_s: float = 30.0) -> Iterator[int]:
-    """This script as a child process on ``port`` until the context ends; yields its pid.
-
-    Waits until ``/health`` answers; its output goes to ``log``.
-    """
-    argv = [sys.executable, __file__, "--port", str(port), "--model", model]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while not _answers(f"http://127.0.0.1:{port}/health"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the fake upstream did not start; see {log}")
-            time.sleep(0.1)
-        yield proc.pid
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5.0)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
+def command(port: int, model: str) -> list[str]:
+    """The command line that serves this upstream on ``port`` (``Children.run`` runs it)."""
+    return [sys.executable, __file__, "--port", str(port), "--model", model]
 
 
 def main() -> None:

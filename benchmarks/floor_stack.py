@@ -56,18 +56,6 @@ class Stack:
         return [name for name in self.urls if name not in (DIRECT, FLOOR)]
 
 
-def _child_pid(marker: str) -> int:
-    """The pid of this process's child whose command line has ``marker`` as an argument."""
-    for entry in Path("/proc").glob("[0-9]*"):
-        with contextlib.suppress(OSError):
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            if parent == os.getpid() and marker.encode() in (entry / "cmdline").read_bytes().split(
-                b"\0"
-            ):
-                return int(entry.name)
-    raise RuntimeError(f"no child process with {marker!r} on its command line")
-
-
 def gateway_args(args: argparse.Namespace) -> dict[str, list[str]]:
     """Name → extra ``serve`` arguments of every sluicegate target."""
     wanted = {args.label: [a for arg in args.gateway_arg for a in shlex.split(arg)]}
@@ -83,21 +71,19 @@ def gateway_args(args: argparse.Namespace) -> dict[str, list[str]]:
 def stack(upstream: str, args: argparse.Namespace, log_dir: Path) -> Iterator[Stack]:
     """Start the upstream, the pass-through and every sluicegate; stop them all on exit."""
     os.environ[KEY_ENV] = KEY  # the gateways inherit it
-    with children(log_dir) as group, contextlib.ExitStack() as exits:
+    with children(log_dir) as group:
         engine = free_port()
         base = f"http://127.0.0.1:{engine}"
         if upstream == "fake":
-            log = log_dir / "fake-upstream.log"
-            engine_pid = exits.enter_context(fake_upstream.running(engine, MODEL, log))
+            engine_pid = group.run(ENGINE, fake_upstream.command(engine, MODEL), base + "/health")
         else:
             argv = ["emulate", "--port", str(engine), "--preset", args.preset, "--model", MODEL]
-            group.start(ENGINE, argv, base + "/health")
-            engine_pid = _child_pid(str(engine))
+            engine_pid = group.start(ENGINE, argv, base + "/health")
         urls, pids = {DIRECT: base}, {ENGINE: engine_pid}
         port = free_port()
         argv = ["passthrough", "--port", str(port), "--backend", base]
-        group.start(FLOOR, argv, f"http://127.0.0.1:{port}/health")
-        urls[FLOOR], pids[FLOOR] = f"http://127.0.0.1:{port}", _child_pid(str(port))
+        urls[FLOOR] = f"http://127.0.0.1:{port}"
+        pids[FLOOR] = group.start(FLOOR, argv, urls[FLOOR] + "/health")
         kind = "vllm" if upstream == "fake" else "emulator"
         for i, (name, extra) in enumerate(gateway_args(args).items()):
             port, config = free_port(), log_dir / f"gateway-{upstream}-{i}.yaml"
@@ -110,8 +96,8 @@ def stack(upstream: str, args: argparse.Namespace, log_dir: Path) -> Iterator[St
             # Every sluicegate runs from ``--site`` when given (e.g. the installed wheel).
             env = {"PYTHONPATH": args.site} if args.site else None
             argv = ["serve", "--config", str(config), *extra]
-            group.start(f"gateway-{i}", argv, url + "/readyz", env=env)
-            urls[name], pids[name] = url, _child_pid(str(config))
+            urls[name] = url
+            pids[name] = group.start(f"gateway-{i}", argv, url + "/readyz", env=env)
         yield Stack(upstream, urls, pids)
 
 

@@ -75,19 +75,6 @@ class Process:
         return 0
 
 
-def _child_pid(marker: str) -> int:
-    """The pid of this process's child whose command line contains ``marker``."""
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if int(stat[1]) == os.getpid() and marker.encode() in argv:
-            return int(entry.name)
-    raise RuntimeError(f"no child process with {marker!r} on its command line")
-
-
 def _alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
     try:
@@ -142,7 +129,7 @@ class LiveStack:
         args = ["emulate", "--port", str(port), "--preset", preset, "--model", model]
         if max_num_seqs is not None:
             args += ["--max-num-seqs", str(max_num_seqs)]
-        return self._start(f"engine-{model}", args, port, "/health", str(port))
+        return self._start(f"engine-{model}", args, port, "/health")
 
     def gateway(
         self,
@@ -167,14 +154,11 @@ class LiveStack:
             f"server: {{host: 127.0.0.1, port: {port}, admin_key_env: null{extra}}}\n" + config
         )
         os.environ.update(env or {})
-        return self._start(
-            "sluicegate", ["serve", "--config", str(path)], port, "/readyz", str(path)
-        )
+        return self._start("sluicegate", ["serve", "--config", str(path)], port, "/readyz")
 
-    def _start(self, name: str, args: list[str], port: int, ready: str, marker: str) -> Process:
+    def _start(self, name: str, args: list[str], port: int, ready: str) -> Process:
         url = f"http://127.0.0.1:{port}"
-        self._group.start(f"{name}-{port}", args, url + ready)
-        return Process(name, url, _child_pid(marker))
+        return Process(name, url, self._group.start(f"{name}-{port}", args, url + ready))
 
     def stop(self, process: Process | None = None) -> None:
         """Stop ``process`` (SIGTERM, then SIGKILL after 5 s), or every process started so far.

@@ -39,9 +39,9 @@ from rich.console import Console
 
 import fake_upstream
 from bench_overhead import MODEL
-from floor_stack import GATEWAY_CONFIG, KEY, KEY_ENV, Sample, _child_pid, paced
+from floor_stack import GATEWAY_CONFIG, KEY, KEY_ENV, paced
 from livestack import Process, fast_loop, write_report
-from sluicegate.demo.processes import children, free_port
+from sluicegate.demo.processes import Children, children, free_port
 from tables import Grid, cells
 
 LAYERS = (
@@ -115,52 +115,53 @@ def profile(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
 
+def start_targets(group: Children, old_src: Path, log_dir: Path) -> dict[str, Process]:
+    """The fake upstream, then the pass-through and both gateways in front of it."""
+    engine = free_port()
+    base = f"http://127.0.0.1:{engine}"
+    group.run("upstream", fake_upstream.command(engine, MODEL), base + "/health")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = ["passthrough", "--port", str(port), "--backend", base]
+    targets = {
+        "pass-through": Process("pass-through", url, group.start("pass", argv, url + "/health"))
+    }
+    for name, src in (("before", old_src), ("after", None)):
+        port, config = free_port(), log_dir / f"{name}.yaml"
+        config.write_text(
+            GATEWAY_CONFIG.format(
+                port=port, model=MODEL, engine=engine, kind="vllm", key_env=KEY_ENV
+            )
+        )
+        url = f"http://127.0.0.1:{port}"
+        env = {"PYTHONPATH": str(src)} if src is not None else None
+        pid = group.start(name, ["serve", "--config", str(config)], url + "/readyz", env=env)
+        targets[name] = Process(name, url, pid)
+    return targets
+
+
 def run(args: argparse.Namespace, log_dir: Path, console: Console) -> list[Grid]:
     """Start everything, load and profile, and tabulate."""
     os.environ[KEY_ENV] = KEY
+    n = int(args.rate * args.duration)
     with baseline_source(args) as old_src, children(log_dir) as group:
-        engine = free_port()
-        pids: dict[str, int] = {}
-        urls: dict[str, str] = {}
-        samples: dict[str, list[Sample]] = {}
-        with fake_upstream.running(engine, MODEL, log_dir / "upstream.log"):
-            base = f"http://127.0.0.1:{engine}"
-            port = free_port()
-            group.start("passthrough", ["passthrough", "--port", str(port), "--backend", base],
-                        f"http://127.0.0.1:{port}/health")  # fmt: skip
-            urls["pass-through"] = f"http://127.0.0.1:{port}"
-            pids["pass-through"] = _child_pid(str(port))
-            for name, src in (("before", old_src), ("after", None)):
-                port = free_port()
-                config = log_dir / f"{name}.yaml"
-                config.write_text(
-                    GATEWAY_CONFIG.format(
-                        port=port, model=MODEL, engine=engine, kind="vllm", key_env=KEY_ENV
-                    )
-                )
-                env = {"PYTHONPATH": str(src)} if src is not None else None
-                group.start(name, ["serve", "--config", str(config)],
-                            f"http://127.0.0.1:{port}/readyz", env=env)  # fmt: skip
-                urls[name] = f"http://127.0.0.1:{port}"
-                pids[name] = _child_pid(str(config))
-            targets = {name: url + "/v1/chat/completions" for name, url in urls.items()}
-            n = int(args.rate * args.duration)
-            processes = {name: Process(name, urls[name], pid) for name, pid in pids.items()}
-            start = {name: p.cpu_s() for name, p in processes.items()}
-            spies = {
-                name: profile(pids[name], args.duration - 2, log_dir / f"{name}.raw")
-                for name in ("before", "after")
-            }
-            loop = fast_loop()
-            try:
-                samples = loop.run_until_complete(
-                    paced(targets, n, args.rate, BODY, stream=False, timeout_s=30.0)
-                )
-            finally:
-                loop.close()
-            used = {name: p.cpu_s() - start[name] for name, p in processes.items()}
-            for spy in spies.values():
-                spy.wait(timeout=60)
+        processes = start_targets(group, old_src, log_dir)
+        urls = {name: p.url + "/v1/chat/completions" for name, p in processes.items()}
+        start = {name: p.cpu_s() for name, p in processes.items()}
+        spies = {
+            name: profile(processes[name].pid, args.duration - 2, log_dir / f"{name}.raw")
+            for name in ("before", "after")
+        }
+        loop = fast_loop()
+        try:
+            samples = loop.run_until_complete(
+                paced(urls, n, args.rate, BODY, stream=False, timeout_s=30.0)
+            )
+        finally:
+            loop.close()
+        used = {name: p.cpu_s() - start[name] for name, p in processes.items()}
+        for spy in spies.values():
+            spy.wait(timeout=60)
     errors = {name: sum(1 for s in got if s[4]) for name, got in samples.items()}
     cpu_us = {name: used[name] / n * 1e6 for name in urls}
     layers = {name: shares(log_dir / f"{name}.raw") for name in ("before", "after")}

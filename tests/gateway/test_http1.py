@@ -539,6 +539,18 @@ async def test_malformed_chunk_raises_from_read() -> None:
         await wait_for_state(lambda: server.client_left == 1)
 
 
+async def _gateway_error(url: str, *, connect_timeout_s: float) -> tuple[int, str]:
+    """The status and code of the ``GatewayError`` ``Upstream.post`` raises for ``url``."""
+    upstream = Upstream(connect_timeout_s=connect_timeout_s)
+    await upstream.start()
+    try:
+        with pytest.raises(GatewayError) as raised:
+            await upstream.post(url, BODY, "r")
+    finally:
+        await upstream.close()
+    return raised.value.status, raised.value.code
+
+
 async def test_connect_refused_raises_quickly() -> None:
     """A refused connection raises UpstreamError at once (well within the 5 s connect
     timeout); through ``Upstream`` it is a 502."""
@@ -548,14 +560,7 @@ async def test_connect_refused_raises_quickly() -> None:
         with pytest.raises(UpstreamError):
             await pool.post(url, HEAD, BODY, reuse=True)
         assert time.monotonic() - started < MARGIN_S
-    upstream = Upstream(connect_timeout_s=5.0)
-    await upstream.start()
-    try:
-        with pytest.raises(GatewayError) as raised:
-            await upstream.post(url, BODY, "r")
-        assert (raised.value.status, raised.value.code) == (502, "upstream_unavailable")
-    finally:
-        await upstream.close()
+    assert await _gateway_error(url, connect_timeout_s=5.0) == (502, "upstream_unavailable")
 
 
 async def test_connect_that_hangs_times_out_after_connect_timeout() -> None:
@@ -570,14 +575,7 @@ async def test_connect_that_hangs_times_out_after_connect_timeout() -> None:
                 await pool.post(url, HEAD, BODY, reuse=True)
             elapsed = time.monotonic() - started
         assert timeout_s <= elapsed < timeout_s + MARGIN_S
-        upstream = Upstream(connect_timeout_s=timeout_s)
-        await upstream.start()
-        try:
-            with pytest.raises(GatewayError) as raised:
-                await upstream.post(url, BODY, "r")
-            assert (raised.value.status, raised.value.code) == (504, "upstream_timeout")
-        finally:
-            await upstream.close()
+        assert await _gateway_error(url, connect_timeout_s=timeout_s) == (504, "upstream_timeout")
 
 
 # ---------------------------------------------------------------------------------- flow control

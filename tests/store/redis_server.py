@@ -17,6 +17,8 @@ import tempfile
 import time
 from collections.abc import Iterator
 
+from sluicegate.gateway.private_redis import answers_ping
+
 __all__ = ["REDIS_SERVER", "RedisServer", "running_redis"]
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -33,15 +35,6 @@ def _free_port() -> int:
             port = int(probe.getsockname()[1])
         if port != _DEFAULT_PORT:
             return port
-
-
-def _answers_ping(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
-            conn.sendall(b"PING\r\n")
-            return conn.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
 
 
 class RedisServer:
@@ -79,7 +72,7 @@ class RedisServer:
             command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         deadline = time.monotonic() + _READY_TIMEOUT_S
-        while not _answers_ping(self.port):
+        while not answers_ping(self.port):
             if self._process.poll() is not None or time.monotonic() > deadline:
                 self._process.kill()
                 self._process.wait()

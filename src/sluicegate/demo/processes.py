@@ -47,12 +47,25 @@ class Children:
         timeout_s: float = 30,
         *,
         env: Mapping[str, str] | None = None,
-    ) -> None:
-        """Run ``python -m sluicegate ARGS`` (``env`` added to this process's environment)
-        and wait until ``ready_url`` answers."""
+    ) -> int:
+        """Run ``python -m sluicegate ARGS`` (``env`` added to this process's environment),
+        wait until ``ready_url`` answers; its pid."""
+        argv = [sys.executable, "-m", "sluicegate", *args]
+        return self.run(name, argv, ready_url, timeout_s, env=env)
+
+    def run(
+        self,
+        name: str,
+        argv: Sequence[str],
+        ready_url: str,
+        timeout_s: float = 30,
+        *,
+        env: Mapping[str, str] | None = None,
+    ) -> int:
+        """Run the command ``argv`` as ``start`` runs sluicegate; its pid."""
         log = (self._log_dir / f"{name}.log").open("wb")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "sluicegate", *args],
+            argv,
             env=None if env is None else {**os.environ, **env},
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -66,6 +79,7 @@ class Children:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{name} did not start; see {self._log_dir / (name + '.log')}")
             time.sleep(0.1)
+        return proc.pid
 
     def stop(self) -> None:
         """SIGTERM every child, then SIGKILL what is still alive after a grace period."""

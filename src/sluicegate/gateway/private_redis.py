@@ -50,12 +50,17 @@ def _pdeathsig_hook(parent: int) -> Callable[[], None]:
     return hook
 
 
-def answers_ping(path: Path) -> bool:
-    """Whether a Redis listens on unix socket ``path`` and answers ``PING``."""
+def answers_ping(address: Path | int) -> bool:
+    """Whether a Redis listens at ``address`` (a unix socket's path, or a port on
+    127.0.0.1) and answers ``PING``."""
+    family, where = (
+        (socket.AF_UNIX, str(address)) if isinstance(address, Path) else
+        (socket.AF_INET, ("127.0.0.1", address))
+    )  # fmt: skip
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        with socket.socket(family, socket.SOCK_STREAM) as conn:
             conn.settimeout(0.5)
-            conn.connect(str(path))
+            conn.connect(where)
             conn.sendall(b"PING\r\n")
             return conn.recv(16).startswith(b"+PONG")
     except OSError:
