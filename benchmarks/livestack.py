@@ -17,6 +17,7 @@ import math
 import os
 import platform
 import resource
+import shlex
 import signal
 import sys
 import tempfile
@@ -242,7 +243,7 @@ def wide_console() -> Console:
 def command_line(script: str, argv: Sequence[str] | None) -> str:
     """How the benchmark was invoked, for the report."""
     args = sys.argv[1:] if argv is None else list(argv)
-    return " ".join(["python", f"benchmarks/{script}", *args])
+    return shlex.join(["python", f"benchmarks/{script}", *args])
 
 
 def write_report(
