@@ -46,7 +46,7 @@ def _admit_lane(
 ) -> bool:
     """Admit from ``lane`` while it has room; ``False`` if no backend could take one."""
     queue = lane.queue
-    if borrowing and not lane.spec.borrow:
+    if borrowing and not lane.borrow:
         return True
     while len(queue) and model.running < cap:
         if borrowing:

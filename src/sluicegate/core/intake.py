@@ -98,14 +98,15 @@ def refuse_early(
     rate: TenantRateLimiter | None,
 ) -> Reject | None:
     """Why ``ticket`` is refused before it is queued, or ``None``: the gateway drains, the
-    shared store is down and the gateway fails closed, no backend is healthy, or its
+    shared store is down and the gateway fails closed, no backend is healthy (unless the
+    model waits for backends, e.g. scaling from zero: then it queues), or its
     tenant's rate limit (``rate``; ``None`` when the store charged it) is exhausted."""
     if draining:
         return reject(ticket, 503, ErrorCode.DRAINING, 5.0, "gateway is draining")
     if closed:
         message = "the shared store is unavailable"
         return reject(ticket, 503, ErrorCode.STORE_UNAVAILABLE, 1.0, message)
-    if not model.any_healthy(now):
+    if not model.spec.wait_for_backends and not model.any_healthy(now):
         reopen = [b.circuit.reopen_at() for b in model.backends]
         soonest = min((t for t in reopen if t is not None), default=now + 5.0)
         return reject(

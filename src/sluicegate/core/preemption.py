@@ -99,7 +99,7 @@ def preempt_for_blocked(model: ModelRuntime, now: float, out: list[Decision]) ->
             continue
         if model.borrowed_running == 0 and not model.runs_less_important_than(head.ticket.priority):
             continue
-        lane_full = lane.own >= lane.cap and not (lane.spec.borrow and model.lendable() > 0)
+        lane_full = lane.own >= lane.cap and not (lane.borrow and model.lendable() > 0)
         reclaim = not lane_full and model.borrowed_running > 0
         if not reclaim and not model.runs_less_important_than(head.ticket.priority):
             continue

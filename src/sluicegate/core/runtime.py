@@ -29,8 +29,10 @@ class LaneRuntime:
     """
 
     __slots__ = (
+        "borrow",
         "borrowed",
         "cap",
+        "ceiling",
         "order",
         "own",
         "pending_preempts",
@@ -42,6 +44,10 @@ class LaneRuntime:
     def __init__(self, spec: LaneSpec, weights: Mapping[str, float]) -> None:
         self.spec = spec
         self.cap = spec.max_concurrency
+        # Cluster pressure's cap for the lane (``None``: not tightened); a tightened
+        # lane borrows nothing, so ``borrow`` is the spec's unless tightened.
+        self.ceiling: int | None = None
+        self.borrow = spec.borrow
         ordering, fairness = spec.queue_policy
         self.queue = make_queue(ordering, fairness, aging=spec.aging, weights=weights)
         self.order = ORDERINGS.get(ordering)(spec.aging).key
@@ -177,9 +183,21 @@ class ModelRuntime:
         of the global limits while the shared store is unavailable (1 restores them)."""
         self.share = share
         self.max_concurrency = max(1, int(self.spec.max_concurrency * share))
-        for lane in self.lane_order:
-            lane.cap = max(1, int(lane.spec.max_concurrency * share))
+        self._set_lane_caps()
         self._set_budget()
+
+    def set_ceilings(self, ceilings: Mapping[str, int]) -> None:
+        """Tighten the lanes named in ``ceilings`` to their caps there (cluster pressure);
+        every other lane is back to its configured cap (at the present share)."""
+        for lane in self.lane_order:
+            lane.ceiling = ceilings.get(lane.spec.name)
+            lane.borrow = lane.spec.borrow and lane.ceiling is None
+        self._set_lane_caps()
+
+    def _set_lane_caps(self) -> None:
+        for lane in self.lane_order:
+            cap = max(1, int(lane.spec.max_concurrency * self.share))
+            lane.cap = cap if lane.ceiling is None else min(cap, lane.ceiling)
 
     def tokens_fit(self, entry: Entry) -> bool:
         """Whether ``entry`` fits the in-flight token budget (always, when nothing runs)."""
@@ -202,7 +220,7 @@ class ModelRuntime:
         """Whether a ticket of ``lane`` could take a slot now (own quota or borrowed)."""
         if self.running >= self.cap():
             return False
-        return lane.own < lane.cap or (lane.spec.borrow and self.lendable() > 0)
+        return lane.own < lane.cap or (lane.borrow and self.lendable() > 0)
 
     def lane_slots(self, lane: LaneRuntime) -> int:
         """``lane``'s effective concurrency, at least 1: its cap, the model's effective cap

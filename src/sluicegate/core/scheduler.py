@@ -37,6 +37,7 @@ from sluicegate.core.errors import UnknownModelError
 from sluicegate.core.estimate import start_estimate
 from sluicegate.core.intake import learn, new_entry, offer, refuse_early, reject
 from sluicegate.core.preemption import preempt_for_blocked
+from sluicegate.core.pressure import lane_ceilings
 from sluicegate.core.ratelimit import TenantRateLimiter
 from sluicegate.core.retry import retry_wait_s
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
@@ -78,6 +79,7 @@ class Scheduler:
         self._shared = False
         self._closed = False
         self._offers: list[Entry] = []
+        self._pressure_retry_s = 5.0
         self.draining = False
 
     # ------------------------------------------------------------------ events
@@ -99,6 +101,10 @@ class Scheduler:
         self._seq += 1
         entry = new_entry(model, lane, ticket, now, seq=self._seq, shared=self._shared)
         queue = lane.queue
+        if lane.ceiling == 0:
+            self._rate.refund(ticket.tenant, entry.charged_tokens, now)
+            message = f"cluster under pressure: lane {lane.spec.name!r} admits nothing for now"
+            return [reject(ticket, 503, ErrorCode.OVERLOADED, self._pressure_retry_s, message)]
         if len(queue) >= lane.spec.max_queue and not (
             len(queue) == 0 and model.lane_has_room(lane)
         ):
@@ -292,6 +298,17 @@ class Scheduler:
             out.append(Expire(entry.ticket, 1.0, ErrorCode.STORE_UNAVAILABLE))
         return out
 
+    def set_pressure(self, stage: int, now: float, *, retry_s: float = 5.0) -> list[Decision]:
+        """Tighten the last ``stage`` tightenable lanes of every model to their pressure
+        floors (``core/pressure.py``); lanes let loose admit their waiters at once.
+        ``retry_s``: the wait a closed lane's refusals advise (until the next poll)."""
+        self._pressure_retry_s = retry_s
+        out: list[Decision] = []
+        for model in self._models.values():
+            model.set_ceilings(lane_ceilings(model.spec, stage))
+            self._dispatch(model, now, out)
+        return out
+
     @property
     def shared(self) -> bool:
         """Whether the shared store admits (distributed mode, store up)."""
@@ -346,6 +363,11 @@ class Scheduler:
         """The model's effective cap and token budget: what distributed mode enforces globally."""
         runtime = self._model(model)
         return runtime.cap(), runtime.token_budget
+
+    def ceilings(self, model: str) -> dict[str, int]:
+        """The lanes of ``model`` cluster pressure holds, and the cap each keeps."""
+        lanes = self._model(model).lane_order
+        return {lane.spec.name: lane.cap for lane in lanes if lane.ceiling is not None}
 
     def running(self, model: str) -> list[tuple[Ticket, int]]:
         """The model's running tickets with their token costs (re-written to a returning store)."""

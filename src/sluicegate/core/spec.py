@@ -72,6 +72,13 @@ class LaneSpec(FrozenSpec):
     aging: float = Field(
         1.0, ge=0.0, description="sjf: seconds of predicted service forgiven per second waited"
     )
+    pressure_floor: int | None = Field(
+        None,
+        ge=0,
+        le=100_000,
+        description="the cap this lane keeps while cluster pressure tightens it (0 closes it);"
+        " unset: 0, or max_concurrency (never tightened) for a model's first lane",
+    )
 
     @field_validator("policy")
     @classmethod
@@ -89,6 +96,15 @@ class LaneSpec(FrozenSpec):
     @model_validator(mode="after")
     def _policy_and_fairness_agree(self) -> LaneSpec:
         resolve_policy(self.policy, self.fairness)
+        return self
+
+    @model_validator(mode="after")
+    def _floor_within_cap(self) -> LaneSpec:
+        if self.pressure_floor is not None and self.pressure_floor > self.max_concurrency:
+            raise ValueError(
+                f"pressure_floor ({self.pressure_floor}) is above max_concurrency"
+                f" ({self.max_concurrency}): a floor is what a tightened lane keeps"
+            )
         return self
 
     @property
@@ -160,6 +176,11 @@ class ModelSpec(FrozenSpec):
     prior_decode_tokens_per_s: float = Field(40.0, gt=0.0)
     preempt_slack_s: float = Field(
         0.0, ge=0.0, description="preempt when a waiter's slack falls below this"
+    )
+    wait_for_backends: bool = Field(
+        False,
+        description="queue requests while no backend is healthy (an engine scaling from zero)"
+        " instead of refusing them with 503 no_healthy_backend",
     )
 
     @field_validator("max_inflight_tokens", mode="before")

@@ -18,6 +18,7 @@ class LaneView:
     cap: int
     max_queue: int
     policy: str
+    tightened: bool = False
 
     @property
     def running(self) -> int:
@@ -51,6 +52,7 @@ class ModelView:
     running: int
     cap: int
     configured_cap: int
+    floor: int
     inflight_tokens: int
     max_inflight_tokens: int | None
     lanes: tuple[LaneView, ...]
@@ -69,6 +71,7 @@ def view_model(model: ModelRuntime, now: float) -> ModelView:
         running=model.running,
         cap=model.cap(),
         configured_cap=model.spec.max_concurrency,
+        floor=model.spec.max_concurrency if model.limit is None else model.limit.spec.floor,
         inflight_tokens=model.inflight_tokens,
         max_inflight_tokens=model.token_budget,
         lanes=tuple(
@@ -80,6 +83,7 @@ def view_model(model: ModelRuntime, now: float) -> ModelView:
                 cap=lane.cap,
                 max_queue=lane.spec.max_queue,
                 policy=lane.spec.policy,
+                tightened=lane.ceiling is not None,
             )
             for lane in model.lane_order
         ),
