@@ -23,22 +23,31 @@ $(ENGINE_STAMP): $(STAMP)
 
 install: $(STAMP)
 
-# redis-server for the distributed-mode tests (each test starts its own on a free port).
-# Installed from Debian's packages when missing (CI runs as root, no stdin); a policy-rc.d
-# that exits 101 keeps the package from starting a system Redis. A no-op when present.
+# Programs the tests run for real, from Debian's packages when missing (CI runs as root, no
+# stdin): redis-server (distributed mode; each test starts its own on a free port), promtool and
+# prometheus (the alert rules and a live Prometheus), chromium (the dashboard in a real browser),
+# kubectl (rendering the manifests; Debian's kubernetes-client is an old kubectl, so prefer your
+# distribution's or the Kubernetes project's). A policy-rc.d that exits 101 keeps the packages
+# from starting system services. A no-op when every command is present.
+SYSTEM_DEPS := redis-server:redis-server promtool:prometheus prometheus:prometheus \
+	chromium:chromium kubectl:kubernetes-client
 system-deps:
-	@command -v redis-server >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" != 0 ]; then \
-	    echo "redis-server is missing: install it (Debian/Ubuntu: sudo apt-get install redis-server)," \
-	      "or run make as root to have it installed" >&2; exit 1; \
-	  fi; \
-	  policy=/usr/sbin/policy-rc.d; made=; \
-	  if [ ! -e $$policy ]; then printf '#!/bin/sh\nexit 101\n' >$$policy && chmod +x $$policy && made=1; fi; \
-	  export DEBIAN_FRONTEND=noninteractive; \
-	  apt-get install -y -q redis-server </dev/null \
-	    || { apt-get update -q </dev/null && apt-get install -y -q redis-server </dev/null; }; \
-	  status=$$?; [ -z "$$made" ] || rm -f $$policy; exit $$status; \
-	}
+	@missing=; for pair in $(SYSTEM_DEPS); do \
+	  command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; \
+	done; \
+	[ -z "$$missing" ] && exit 0; \
+	missing=$$(printf '%s\n' $$missing | sort -u | tr '\n' ' '); \
+	if [ "$$(id -u)" != 0 ]; then \
+	  echo "missing Debian packages: $$missing- install them (sudo apt-get install $$missing)," \
+	    "or run make as root to have them installed" >&2; exit 1; \
+	fi; \
+	echo "installing Debian packages: $$missing"; \
+	policy=/usr/sbin/policy-rc.d; made=; \
+	if [ ! -e $$policy ]; then printf '#!/bin/sh\nexit 101\n' >$$policy && chmod +x $$policy && made=1; fi; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get install -y -q --no-install-recommends $$missing </dev/null \
+	  || { apt-get update -q </dev/null && apt-get install -y -q --no-install-recommends $$missing </dev/null; }; \
+	status=$$?; [ -z "$$made" ] || rm -f $$policy; exit $$status
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks fuzz
