@@ -1,20 +1,31 @@
-"""Presentation of a capacity plan: a rich table and a p99-wait-versus-utilization PNG."""
+"""Presentation of a capacity plan: rich tables (capacity, warm buffer, KEDA) and a PNG."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+from rich.console import Group
 from rich.table import Table
 
 from sluicegate.plan import PlanResult, allen_cunneen_wait
+from sluicegate.plan_keda import KedaPlan
+from sluicegate.plan_warm import (
+    BURST_ASSUMPTIONS,
+    RULE_OF_THUMB_ACTIVE,
+    RULE_OF_THUMB_IDLE,
+    WarmPlan,
+)
 
-__all__ = ["plot_wait_vs_utilization", "render_plan", "wait_curve"]
+__all__ = ["plot_wait_vs_utilization", "render_keda", "render_plan", "render_warm", "wait_curve"]
 
 _CURVE_POINTS = 160
 _MAX_CURVE_RHO = 0.995
 
 
 def _fmt_s(seconds: float) -> str:
+    if seconds == math.inf:
+        return "∞"
     if seconds < 1.0:
         return f"{seconds * 1000.0:.1f} ms"
     return f"{seconds:.3f} s"
@@ -51,6 +62,100 @@ def render_plan(result: PlanResult) -> Table:
     table.add_row("recommended max_queue", str(result.max_queue), "", style="bold")
     table.add_row("recommended queue_timeout", _fmt_s(result.queue_timeout_s), "", style="bold")
     table.add_row("share cut by that timeout", f"{result.timeout_drop_fraction:.2e}", "")
+    return table
+
+
+def render_warm(warm: WarmPlan) -> Group:
+    """Render the warm-buffer plan: the burst p99 at a few warm counts, then the choice.
+
+    Args:
+        warm: The warm-buffer plan.
+    """
+    burst = warm.burst
+    slo = warm.capacity.input.p99_wait_slo_s
+    rows = Table(
+        title=(
+            f"Warm buffer: rate ×{burst.factor:g} for {burst.window_s:g} s (detect "
+            f"{burst.detect_s:g} s + scale-up {burst.scale_up_s:g} s), p99 SLO {_fmt_s(slo)}"
+        ),
+    )
+    for column in ("warm", "replicas up", "burst ρ", "p99 wait", "from", "meets SLO"):
+        rows.add_column(column, justify="left" if column in ("warm", "from") else "right")
+    base = warm.base_replicas
+    for row in warm.rows:
+        extra = row.replicas - base
+        labels = []
+        if extra == warm.warm:
+            labels.append("plan")
+        if extra == warm.rule_of_thumb_warm:
+            labels.append(f"{RULE_OF_THUMB_IDLE} per {RULE_OF_THUMB_ACTIVE}")
+        rows.add_row(
+            f"{extra}" + (f" ({', '.join(labels)})" if labels else ""),
+            str(row.replicas),
+            f"{row.utilization:.1%}",
+            _fmt_s(row.p99_wait_s),
+            row.basis,
+            "yes" if row.p99_wait_s <= slo else "no",
+            style="bold" if extra == warm.warm else None,
+        )
+    summary = Table(caption=BURST_ASSUMPTIONS)
+    summary.add_column("warm buffer")
+    summary.add_column("replicas", justify="right")
+    summary.add_row("recommended warm", str(warm.warm), style="bold")
+    summary.add_row("keep up: base + warm", str(warm.min_replicas), style="bold")
+    summary.add_row(
+        f"rule of thumb, {RULE_OF_THUMB_IDLE} idle per {RULE_OF_THUMB_ACTIVE} active "
+        f"(absorbs up to ×{warm.rule_of_thumb_max_factor:.3g})",
+        str(warm.rule_of_thumb_warm),
+    )
+    burst_replicas = "> max_replicas" if warm.burst_replicas is None else warm.burst_replicas
+    summary.add_row("meet the SLO at the burst rate for good", str(burst_replicas))
+    return Group(rows, summary)
+
+
+def _fmt_depth(requests: float) -> str:
+    return "< 0.01" if requests < 0.01 else f"{requests:.2f}"
+
+
+def render_keda(keda: KedaPlan) -> Table:
+    """Render the KEDA thresholds and replica bounds as a rich table.
+
+    Args:
+        keda: The KEDA plan.
+    """
+    table = Table(title=f"KEDA ScaledObject for model {keda.model}", caption=keda.note or None)
+    table.add_column("setting")
+    table.add_column("value", justify="right")
+    table.add_column("why")
+    quantile = f"p{keda.wait_quantile * 100:g}"
+    table.add_row(
+        f"queue-wait {quantile} threshold (Value)",
+        _fmt_s(keda.wait_threshold_s),
+        f"the {quantile} when {keda.min_replicas} replicas reach the p99 SLO "
+        f"(at {keda.saturation_rate:.3g} req/s)",
+    )
+    table.add_row(
+        "queue-depth target (AverageValue)",
+        f"{keda.depth_per_replica}/replica",
+        f"waiting requests that take the threshold to drain (mean at plan "
+        f"{_fmt_depth(keda.mean_depth_per_replica)})",
+    )
+    table.add_row(
+        "activationThreshold",
+        "0",
+        "one waiting request wakes the model"
+        if keda.scale_to_zero
+        else "unused: minReplicaCount > 0 keeps the model awake",
+    )
+    table.add_row("minReplicaCount", str(keda.min_replicas), "base + warm buffer")
+    table.add_row("maxReplicaCount", str(keda.max_replicas), "meets the SLO at the burst rate")
+    if keda.scale_to_zero:
+        table.add_row(
+            "idleReplicaCount",
+            "0",
+            f"from zero the first request waits about {keda.cold_start_s:g} s: set the "
+            "lanes' queue_timeout_s above it and wait_for_backends: true, else 503",
+        )
     return table
 
 
