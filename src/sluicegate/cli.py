@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -95,6 +96,54 @@ def serve(
 
 
 @app.command()
+def drain(
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="the gateway's YAML: its port and admin_key_env"),
+    ] = None,
+    url: Annotated[
+        str | None, typer.Option(help="gateway base URL (default http://127.0.0.1:<port>)")
+    ] = None,
+    admin_key_env: Annotated[
+        str | None,
+        typer.Option(
+            help="variable holding the admin key (default: the config's, else SLUICEGATE_ADMIN_KEY)"
+        ),
+    ] = None,
+    wait_s: Annotated[float, typer.Option(help="wait at most this long for it to go idle")] = 25.0,
+) -> None:
+    """Stop a running gateway admitting and wait until nothing is queued or running
+    (a Kubernetes preStop hook). Exits 0 once idle, 3 if still busy after --wait-s."""
+    from sluicegate.drain import DrainError
+    from sluicegate.drain import drain as drain_gateway
+
+    try:
+        loaded = load_config(config) if config is not None else None
+    except ConfigError as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from None
+    env_name = admin_key_env or (loaded and loaded.server.admin_key_env) or "SLUICEGATE_ADMIN_KEY"
+    key = os.environ.get(env_name)
+    if not key:
+        err.print(f"[red]drain: the admin key variable {env_name} is not set[/red]")
+        raise typer.Exit(1)
+    port = loaded.server.port if loaded is not None else 8080
+    try:
+        result = drain_gateway(url or f"http://127.0.0.1:{port}", key, wait_s=wait_s)
+    except DrainError as exc:
+        err.print(f"[red]drain: {exc}[/red]")
+        raise typer.Exit(1) from None
+    if result.idle:
+        console.print(f"drained: idle after {result.waited_s:.1f} s")
+        return
+    console.print(
+        f"still busy after {result.waited_s:.1f} s: {result.queued} queued,"
+        f" {result.running} running"
+    )
+    raise typer.Exit(3)
+
+
+@app.command()
 def emulate(
     port: Annotated[int, typer.Option(help="TCP port to listen on")] = 8000,
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
@@ -184,6 +233,8 @@ def simulate(
 
     try:
         loaded = load_config(config, simulation=True) if config is not None else default_config()
+        if loaded.pressure is not None:
+            err.print("note: simulate ignores pressure: (serve polls it from Prometheus)")
         options = workload_options(
             trace=trace, poisson_rate=poisson_rate, gamma=gamma, duration_s=duration,
             window=window, rate_scale=rate_scale, mix=mix, seed=seed, max_tokens=max_tokens,

@@ -19,8 +19,16 @@ from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from sluicegate.config_pressure import PressureSpec
 from sluicegate.core.policies import policy_names, simulation_only_policies
 from sluicegate.core.spec import ModelSpec, SchedulerSpec, TenantSpec
 
@@ -69,6 +77,7 @@ class ServerSpec(BaseModel):
     )
     max_header_bytes: int = Field(32 * 1024, ge=1024, description="request line + headers (431)")
     max_headers: int = Field(100, ge=8, description="header fields per request (431)")
+    dashboard: bool = Field(True, description="serve the live page /dashboard (admin key)")
 
 
 class TenantConfig(TenantSpec):
@@ -149,6 +158,9 @@ class Config(BaseModel):
     distributed: DistributedSpec = Field(
         default_factory=DistributedSpec,
         description="distributed mode settings (with a redis:// store)",
+    )
+    pressure: PressureSpec | None = Field(
+        None, description="tighten admission while Prometheus queries say the cluster is busy"
     )
     simulation: SimulationSpec = Field(default_factory=SimulationSpec)
 

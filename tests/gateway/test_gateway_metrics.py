@@ -112,6 +112,10 @@ def _value(scraped: Scraped, name: str, **labels: str) -> float:
         ("sluicegate_concurrency_limit", "gauge"),
         ("sluicegate_backend_kv_cache_usage", "gauge"),
         ("sluicegate_backend_healthy", "gauge"),
+        ("sluicegate_model_concurrency_limit", "gauge"),
+        ("sluicegate_model_concurrency_floor", "gauge"),
+        ("sluicegate_adaptive_limit_enabled", "gauge"),
+        ("sluicegate_lane_slo_seconds", "gauge"),
     ],
 )
 def test_every_spec_metric_is_exposed_with_its_type(

@@ -107,11 +107,8 @@ def refuse_early(
         message = "the shared store is unavailable"
         return reject(ticket, 503, ErrorCode.STORE_UNAVAILABLE, 1.0, message)
     if not model.spec.wait_for_backends and not model.any_healthy(now):
-        reopen = [b.circuit.reopen_at() for b in model.backends]
-        soonest = min((t for t in reopen if t is not None), default=now + 5.0)
-        return reject(
-            ticket, 503, ErrorCode.NO_HEALTHY_BACKEND, soonest - now, "no healthy backend"
-        )
+        wait = model.unavailable_wait_s(now)
+        return reject(ticket, 503, ErrorCode.NO_HEALTHY_BACKEND, wait, "no healthy backend")
     if rate is None:
         return None
     wait = rate.try_acquire(ticket.tenant, ticket.prompt_tokens + ticket.max_tokens, now)

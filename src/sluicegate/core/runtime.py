@@ -62,6 +62,10 @@ class LaneRuntime:
         return self.own + self.borrowed
 
 
+UNAVAILABLE_RETRY_S = 5.0
+"""The retry hint while no backend is healthy and no circuit is due to reopen."""
+
+
 class ModelRuntime:
     """One model's lanes, backends, budgets, router, adaptive limit and predictor."""
 
@@ -211,6 +215,13 @@ class ModelRuntime:
     def any_healthy(self, now: float) -> bool:
         """Whether at least one backend may take traffic."""
         return any(backend.healthy(now) for backend in self.backends)
+
+    def unavailable_wait_s(self, now: float) -> float:
+        """How long until a backend may take traffic again, when none can now: the soonest
+        open circuit's reopening, else ``UNAVAILABLE_RETRY_S`` (a probe must find one up)."""
+        reopen = [b.circuit.reopen_at() for b in self.backends]
+        soonest = min((t for t in reopen if t is not None), default=now + UNAVAILABLE_RETRY_S)
+        return soonest - now
 
     def backend(self, name: str) -> BackendState:
         """The backend called ``name``; ``KeyError`` if there is none."""

@@ -219,6 +219,8 @@ class Scheduler:
             self._end(entry, 0, now)
             if wait is None:
                 wait = model.drain_estimate_s(lane)
+            if not model.any_healthy(now):  # a waiting room whose engines never came
+                wait = max(wait, model.unavailable_wait_s(now))
             code = ErrorCode.OVERLOADED if entry.expires_hopeless else ErrorCode.QUEUE_TIMEOUT
             out.append(Expire(entry.ticket, retry_wait_s(wait), code))
             touched.add(model.spec.name)

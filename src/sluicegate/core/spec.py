@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from sluicegate.core.component_specs import AdaptiveSpec, BackendSpec, FrozenSpec
 from sluicegate.core.limits import LIMITS
@@ -98,14 +98,16 @@ class LaneSpec(FrozenSpec):
         resolve_policy(self.policy, self.fairness)
         return self
 
-    @model_validator(mode="after")
-    def _floor_within_cap(self) -> LaneSpec:
-        if self.pressure_floor is not None and self.pressure_floor > self.max_concurrency:
+    @field_validator("pressure_floor")
+    @classmethod
+    def _floor_within_cap(cls, value: int | None, info: ValidationInfo) -> int | None:
+        cap = info.data.get("max_concurrency")
+        if value is not None and cap is not None and value > cap:
             raise ValueError(
-                f"pressure_floor ({self.pressure_floor}) is above max_concurrency"
-                f" ({self.max_concurrency}): a floor is what a tightened lane keeps"
+                f"pressure_floor ({value}) is above max_concurrency ({cap}):"
+                " a floor is what a tightened lane keeps"
             )
-        return self
+        return value
 
     @property
     def queue_policy(self) -> tuple[str, str]:

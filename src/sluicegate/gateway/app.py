@@ -19,6 +19,7 @@ from starlette.types import Receive, Scope, Send
 
 from sluicegate.config import Config, ConfigError
 from sluicegate.gateway.clock import Clock, OffsetClock
+from sluicegate.gateway.dashboard import Dashboard
 from sluicegate.gateway.errors import error_response
 from sluicegate.gateway.handlers import PATHS, InferenceHandler
 from sluicegate.gateway.ops import Ops
@@ -104,6 +105,14 @@ def build_app(
         if state.link is not None:
             await state.link.start(state.driver)
         poller = asyncio.create_task(poll_forever(state)) if scrape else None
+        pressure = None
+        if state.pressure is not None:
+            interval = state.pressure.spec.interval_s
+
+            def apply(stage: int) -> None:
+                state.driver.set_pressure(stage, retry_s=interval)
+
+            pressure = asyncio.create_task(state.pressure.run(state.upstream.session, apply))
         if isinstance(clock, OffsetClock):
             clock.watch(asyncio.get_running_loop(), state.driver.clock_jumped)
         try:
@@ -111,10 +120,11 @@ def build_app(
         finally:
             if isinstance(clock, OffsetClock):
                 clock.unwatch(state.driver.clock_jumped)
-            if poller is not None:
-                poller.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await poller
+            for task in (poller, pressure):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             state.driver.close()
             if state.link is not None:
                 await state.link.close()
@@ -131,6 +141,7 @@ def build_app(
         Route("/metrics", ops.metrics, methods=["GET"]),
         Route("/admin/state", ops.admin_state, methods=["GET"]),
         Route("/admin/drain", ops.admin_drain, methods=["POST"]),
+        *Dashboard(state).routes(),
     ]
     app = Starlette(
         routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error}

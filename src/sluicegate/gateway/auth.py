@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
@@ -66,3 +68,33 @@ def request_token(headers: Headers) -> str | None:
 def only_bearer(values: Sequence[str]) -> str | None:
     """The bearer token of the only ``Authorization`` value; ``None`` for none or several."""
     return bearer(values[0]) if len(values) == 1 else None
+
+
+def basic_password(authorization: str) -> str | None:
+    """The password of an ``Authorization: Basic base64(user:password)`` value, or ``None``.
+
+    The user name is ignored: a browser asks for both, and the admin key is the password.
+    """
+    scheme, _, encoded = authorization.partition(" ")
+    encoded = encoded.strip()
+    if scheme.lower() != "basic" or not encoded or len(encoded) > 2 * MAX_TOKEN_CHARS:
+        return None
+    try:
+        decoded = base64.b64decode(encoded, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    _, colon, password = decoded.partition(":")
+    if not colon or not password or len(password) > MAX_TOKEN_CHARS:
+        return None
+    return password
+
+
+def admin_token(headers: Headers) -> str | None:
+    """The key an admin request presents: a bearer token, or an HTTP Basic password (so a
+    browser can open ``/dashboard``); ``None`` for none, several ``Authorization`` headers,
+    or another scheme."""
+    values = headers.getlist("authorization")
+    if len(values) != 1:
+        return None
+    token = bearer(values[0])
+    return token if token is not None else basic_password(values[0])

@@ -149,6 +149,10 @@ class SchedulerDriver:
         """Feed a health probe or metrics scrape to the scheduler."""
         self._execute(self.scheduler.observe_backend(stats, self._clock()))
 
+    def set_pressure(self, stage: int, *, retry_s: float) -> None:
+        """Cluster pressure moved to ``stage`` (``gateway/pressure.py``)."""
+        self._execute(self.scheduler.set_pressure(stage, self._clock(), retry_s=retry_s))
+
     def _execute(self, decisions: Iterable[Decision]) -> None:
         pending = list(decisions)
         while pending:

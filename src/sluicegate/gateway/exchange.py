@@ -87,7 +87,7 @@ class Exchange:
         """The ticket was admitted: it runs on ``admit.backend`` and holds a slot."""
         self.admit = admit
         self.running = True
-        self._lane.queue_wait.observe(admit.queued_s)
+        self._lane.waited(admit.queued_s)
 
     def since_arrival(self) -> float:
         """Seconds from the ticket's arrival to now, on the scheduling clock."""

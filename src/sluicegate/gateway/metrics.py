@@ -7,7 +7,9 @@ so the hot path never touches them.
 
 from __future__ import annotations
 
+import math
 import time
+from collections import deque
 from collections.abc import Callable, Collection, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -36,6 +38,10 @@ LATENCY_BUCKETS = (
     320.0,
 )
 OTHER_TENANT = "other"
+WAIT_WINDOW_S = 60.0
+"""How far back ``/admin/state``'s queue-wait quantiles look."""
+WAIT_WINDOW_MAX = 4096
+"""Waits kept per lane for them (the latest, at high rates)."""
 
 
 class _SchedulerGauges(Collector):
@@ -44,6 +50,12 @@ class _SchedulerGauges(Collector):
     def __init__(self, scheduler: Scheduler, clock: Callable[[], float]) -> None:
         self._scheduler = scheduler
         self._clock = clock
+        models = scheduler.spec.models
+        self._adaptive = {model.name: model.adaptive is not None for model in models}
+        self._slo = {
+            model.name: [(lane.name, lane.slo_ms / 1000.0) for lane in model.lanes]
+            for model in models
+        }
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         depth = GaugeMetricFamily(
@@ -72,6 +84,26 @@ class _SchedulerGauges(Collector):
             "1 if the backend takes traffic (probe up, circuit not open within a cool-down).",
             labels=["model", "backend"],
         )
+        model_limit = GaugeMetricFamily(
+            "sluicegate_model_concurrency_limit",
+            "Effective model-wide concurrency limit (max_concurrency within the adaptive limit).",
+            labels=["model"],
+        )
+        model_floor = GaugeMetricFamily(
+            "sluicegate_model_concurrency_floor",
+            "The adaptive limit's floor (max_concurrency when the model has no adaptive limit).",
+            labels=["model"],
+        )
+        adaptive = GaugeMetricFamily(
+            "sluicegate_adaptive_limit_enabled",
+            "1 if the model's concurrency follows an adaptive limit.",
+            labels=["model"],
+        )
+        slo = GaugeMetricFamily(
+            "sluicegate_lane_slo_seconds",
+            "The lane's configured end-to-end SLO (slo_ms), in seconds.",
+            labels=["model", "lane"],
+        )
         for name in self._scheduler.models():
             view = self._scheduler.view(name, self._clock())
             for lane in view.lanes:
@@ -79,17 +111,34 @@ class _SchedulerGauges(Collector):
                 inflight.add_metric([name, lane.name], lane.running)
                 limit.add_metric([name, lane.name], min(lane.cap, view.cap))
             tokens.add_metric([name], view.inflight_tokens)
+            model_limit.add_metric([name], view.cap)
+            model_floor.add_metric([name], view.floor)
+            adaptive.add_metric([name], 1.0 if self._adaptive[name] else 0.0)
+            for lane_spec in self._slo[name]:
+                slo.add_metric([name, lane_spec[0]], lane_spec[1])
             for backend in view.backends:
                 if backend.kv_cache_usage is not None:
                     kv.add_metric([name, backend.name], backend.kv_cache_usage)
                 healthy.add_metric([name, backend.name], 1.0 if backend.healthy else 0.0)
         yield from (depth, inflight, limit, tokens, kv, healthy)
+        yield from (model_limit, model_floor, adaptive, slo)
 
 
 class LaneMetrics:
-    """The metric children of one (model, lane), looked up once instead of per request."""
+    """The metric children of one (model, lane), looked up once instead of per request,
+    and what ``/admin/state`` shows of the lane: counts by outcome and recent waits."""
 
-    __slots__ = ("_outcomes", "_requests", "_values", "duration", "queue_wait", "ttft")
+    __slots__ = (
+        "_clock",
+        "_outcomes",
+        "_requests",
+        "_values",
+        "_waits",
+        "counts",
+        "duration",
+        "queue_wait",
+        "ttft",
+    )
 
     def __init__(self, metrics: GatewayMetrics, model: str, lane: str) -> None:
         self.queue_wait = metrics.queue_wait.labels(model, lane)
@@ -98,6 +147,9 @@ class LaneMetrics:
         self._requests = metrics.requests
         self._values = (model, lane)
         self._outcomes: dict[Outcome, Counter] = {}
+        self.counts: dict[str, int] = {}
+        self._waits: deque[tuple[float, float]] = deque(maxlen=WAIT_WINDOW_MAX)
+        self._clock = metrics.clock
 
     def ended(self, outcome: Outcome) -> None:
         """Count one request of this lane ending with ``outcome``."""
@@ -105,6 +157,21 @@ class LaneMetrics:
         if child is None:
             child = self._outcomes[outcome] = self._requests.labels(*self._values, outcome.value)
         child.inc()
+        self.counts[outcome.value] = self.counts.get(outcome.value, 0) + 1
+
+    def waited(self, seconds: float) -> None:
+        """A request of this lane was admitted after waiting ``seconds``."""
+        self.queue_wait.observe(seconds)
+        self._waits.append((self._clock(), seconds))
+
+    def recent_waits(self) -> dict[str, float | int | None]:
+        """Queue waits of the last ``WAIT_WINDOW_S``: count and p50/p95/p99 (nearest rank)."""
+        since = self._clock() - WAIT_WINDOW_S
+        waits = sorted(wait for at, wait in self._waits if at >= since)
+        answer: dict[str, float | int | None] = {"count": len(waits)}
+        for name, q in (("p50", 0.50), ("p95", 0.95), ("p99", 0.99)):
+            answer[name] = waits[max(0, math.ceil(q * len(waits)) - 1)] if waits else None
+        return answer
 
 
 class GatewayMetrics:
@@ -117,7 +184,10 @@ class GatewayMetrics:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry = CollectorRegistry()
+        self.clock = clock
         self._tenants = frozenset(tenants)
+        # (model, tenant label) -> [requests, prompt tokens, completion tokens]
+        self.usage: dict[tuple[str, str], list[int]] = {}
         self.queue_wait = Histogram(
             "sluicegate_queue_wait_seconds",
             "Time from arrival to admission.",
@@ -153,7 +223,7 @@ class GatewayMetrics:
         )
         self.registry.register(_SchedulerGauges(scheduler, clock))
         self._lanes: dict[tuple[str, str], LaneMetrics] = {}
-        self._token_children: dict[tuple[str, str], tuple[Counter, Counter]] = {}
+        self._token_children: dict[tuple[str, str], tuple[Counter, Counter, list[int]]] = {}
 
     def lane(self, model: str, lane: str) -> LaneMetrics:
         """The cached children of ``(model, lane)``."""
@@ -174,8 +244,13 @@ class GatewayMetrics:
             children = (
                 self.tokens.labels(model, label, "prompt"),
                 self.tokens.labels(model, label, "completion"),
+                self.usage.setdefault((model, label), [0, 0, 0]),
             )
             if len(self._token_children) < 100_000:
                 self._token_children[(model, tenant)] = children
         children[0].inc(prompt_tokens)
         children[1].inc(completion_tokens)
+        usage = children[2]
+        usage[0] += 1
+        usage[1] += prompt_tokens
+        usage[2] += completion_tokens

@@ -19,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sluicegate.gateway.auth import request_token
+from sluicegate.gateway.auth import admin_token, request_token
 from sluicegate.gateway.errors import GatewayError, error_response
 from sluicegate.gateway.siblings import (
     SiblingAnswer,
@@ -62,7 +62,8 @@ class Ops:
         return _json({"status": "ok"})
 
     async def readyz(self, request: Request) -> Response:
-        """Ready: config loaded, not draining, and at least one healthy backend."""
+        """Ready: config loaded, not draining, and at least one healthy backend (or a model
+        that waits for its backends)."""
         state = self.state
         if state.scheduler.draining:
             return _json({"status": "draining"}, 503)
@@ -72,9 +73,12 @@ class Ops:
             for name in state.scheduler.models()
             for backend in state.scheduler.view(name, now).backends
         )
-        return _json(
-            {"status": "ready" if healthy else "no_healthy_backend"}, 200 if healthy else 503
-        )
+        # A model that waits for its backends (scaling from zero) holds requests: the
+        # gateway is its waiting room, and must stay reachable for them.
+        waiting_room = any(model.wait_for_backends for model in state.models.values())
+        if healthy or waiting_room:
+            return _json({"status": "ready" if healthy else "waiting_for_backends"})
+        return _json({"status": "no_healthy_backend"}, 503)
 
     async def metrics(self, request: Request) -> Response:
         """Prometheus text format (every worker's samples, labelled ``worker``, under
@@ -111,7 +115,7 @@ class Ops:
         return Response(openapi_document(), media_type="application/json")
 
     def _admin(self, request: Request) -> str:
-        token = request_token(request.headers)
+        token = admin_token(request.headers)
         if token is None or not self.state.keys.is_admin(token):
             raise GatewayError(401, "invalid_admin_key", "this endpoint needs the admin key")
         return token
@@ -132,9 +136,37 @@ class Ops:
 
     def _local_state(self) -> dict[str, object]:
         scheduler = self.state.scheduler
+        metrics = self.state.metrics
         models = []
         for name in scheduler.models():
             view = scheduler.view(name, self.state.driver.now())
+            lanes = []
+            for lane in view.lanes:
+                seen = metrics.lane(name, lane.name)
+                lanes.append(
+                    {
+                        "name": lane.name,
+                        "queued": lane.queued,
+                        "running": lane.running,
+                        "borrowed": lane.borrowed,
+                        "cap": lane.cap,
+                        "limit": min(lane.cap, view.cap),
+                        "policy": lane.policy,
+                        "pressure_tightened": lane.tightened,
+                        "outcomes": dict(seen.counts),
+                        "queue_wait_s": seen.recent_waits(),
+                    }
+                )
+            tenants = [
+                {
+                    "tenant": tenant,
+                    "requests": u[0],
+                    "prompt_tokens": u[1],
+                    "completion_tokens": u[2],
+                }
+                for (model, tenant), u in sorted(metrics.usage.items())
+                if model == name
+            ]
             models.append(
                 {
                     "name": view.name,
@@ -142,19 +174,11 @@ class Ops:
                     "queued": view.queued,
                     "cap": view.cap,
                     "configured_cap": view.configured_cap,
+                    "floor": view.floor,
                     "inflight_tokens": view.inflight_tokens,
                     "max_inflight_tokens": view.max_inflight_tokens,
-                    "lanes": [
-                        {
-                            "name": lane.name,
-                            "queued": lane.queued,
-                            "running": lane.running,
-                            "borrowed": lane.borrowed,
-                            "cap": lane.cap,
-                            "policy": lane.policy,
-                        }
-                        for lane in view.lanes
-                    ],
+                    "lanes": lanes,
+                    "tenants": tenants,
                     "backends": [
                         {
                             "name": b.name,
@@ -171,9 +195,12 @@ class Ops:
             )
         link = self.state.link
         store = {"kind": "memory"} if link is None else link.status()
+        pressure = self.state.pressure
         answer: dict[str, object] = {
+            "time": time.time(),
             "draining": scheduler.draining,
             "store": store,
+            "pressure": None if pressure is None else pressure.status(),
             "models": models,
         }
         if self.topology is not None:

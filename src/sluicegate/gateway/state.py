@@ -9,10 +9,13 @@ from collections.abc import Mapping
 from sluicegate.config import Config
 from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.spec import ModelSpec, TenantSpec
+from sluicegate.core.ticket import BackendStats
 from sluicegate.gateway.auth import KeyRing
 from sluicegate.gateway.clock import Clock, wall_anchored_clock
 from sluicegate.gateway.driver import SchedulerDriver
 from sluicegate.gateway.metrics import GatewayMetrics
+from sluicegate.gateway.pressure import PressureLoop
+from sluicegate.gateway.pressure_metrics import PressureGauges
 from sluicegate.gateway.store_link import StoreLink
 from sluicegate.gateway.store_metrics import StoreMetrics
 from sluicegate.gateway.upstream import Upstream
@@ -67,6 +70,13 @@ class GatewayState:
                 # Queue orders compare times across replicas: read them on the wall clock.
                 clock = wall_anchored_clock()
         self.driver = SchedulerDriver(self.scheduler, clock=clock, link=self.link)
+        for model in config.models:
+            if model.wait_for_backends:
+                # Unprobed: an engine scaled to zero must not get the first requests (502);
+                # they wait until a probe finds it up.
+                for backend in model.backends:
+                    down = BackendStats(model.name, backend.name, healthy=False)
+                    self.scheduler.observe_backend(down, self.driver.now())
         self.metrics = GatewayMetrics(self.scheduler, self._tenants, self.driver.now)
         if self.link is not None:
             link = self.link
@@ -77,6 +87,10 @@ class GatewayState:
                 counts=lambda: link.counts,
             )
         self.upstream = Upstream(connect_timeout_s=config.server.upstream_connect_timeout_s)
+        self.pressure: PressureLoop | None = None
+        if config.pressure is not None:
+            self.pressure = PressureLoop(config.pressure, config.models, env)
+            self.metrics.registry.register(PressureGauges(self.pressure, self.scheduler))
 
     def tenant_spec(self, tenant: str) -> TenantSpec:
         """The tenant's scheduling settings (defaults for the anonymous tenant)."""

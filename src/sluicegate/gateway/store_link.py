@@ -249,7 +249,17 @@ class StoreLink(LinkLifecycle):
 
     def _limits(self, model: str) -> ModelLimits:
         cap, budget = self._scheduler.capacity(model)
-        return ModelLimits(model, cap, budget, self._lanes[model])
+        lanes = self._lanes[model]
+        held = self._scheduler.ceilings(model)
+        if held:
+            # A lane cluster pressure holds is capped globally and borrows nothing.
+            lanes = tuple(
+                LaneLimits(lane.name, held[lane.name], False, lane.fair)
+                if lane.name in held
+                else lane
+                for lane in lanes
+            )
+        return ModelLimits(model, cap, budget, lanes)
 
     async def _flush(self) -> None:
         """Send what the outbox holds, one pipelined round trip at a time, until it is empty."""

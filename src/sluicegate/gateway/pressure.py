@@ -1,0 +1,189 @@
+"""The pressure loop: poll Prometheus, tighten admission lane by lane (DESIGN §5).
+
+Every ``interval_s`` the loop runs each configured query against Prometheus's HTTP
+API (``/api/v1/query``), all within ``timeout_s``, and hands the readings to
+``core.pressure.PressureController``; the stage it returns goes to the scheduler
+through the driver. A poll in which any query fails (unreachable, timeout, an
+error answer, a bad query) puts admission back as configured (stage 0): the gateway
+does not guess. The first failure after a success, and the first success after a
+failure, are logged once each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import aiohttp
+import orjson
+
+from sluicegate.config_pressure import PressureSpec
+from sluicegate.core.pressure import PressureController, PressureSignal, max_stage
+from sluicegate.core.spec import ModelSpec
+
+__all__ = ["PressureLoop", "PressureQueryError"]
+
+log = logging.getLogger("sluicegate.pressure")
+
+
+class PressureQueryError(Exception):
+    """A query could not be answered: the message says which and why (no secrets)."""
+
+
+@dataclass(slots=True)
+class _Reading:
+    """The last value of one signal (``None``: its query returned no sample)."""
+
+    value: float | None = None
+
+
+class PressureLoop:
+    """Polls the configured queries and moves the scheduler's pressure stage."""
+
+    def __init__(
+        self,
+        spec: PressureSpec,
+        models: tuple[ModelSpec, ...],
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.signals = tuple(
+            PressureSignal(
+                s.name, s.threshold, s.threshold if s.clear_below is None else s.clear_below
+            )
+            for s in spec.signals
+        )
+        self.controller = PressureController(self.signals, max_stage(models))
+        self.readings = {signal.name: _Reading() for signal in self.signals}
+        self.up = False
+        self.polled = False
+        self.error: str | None = None
+        env = os.environ if environ is None else environ
+        token = env.get(spec.bearer_token_env) if spec.bearer_token_env else None
+        # The shared session does not decompress (the relay passes bodies through as sent).
+        self._headers = {"Accept-Encoding": "identity"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+
+    @property
+    def stage(self) -> int:
+        """The stage now (0: admission as configured)."""
+        return self.controller.stage
+
+    async def poll_once(self, session: aiohttp.ClientSession) -> int:
+        """Run every query once and return the stage the readings move to."""
+        try:
+            async with asyncio.timeout(self.spec.poll_timeout_s):
+                values = await asyncio.gather(
+                    *(self._query(session, s.query) for s in self.spec.signals)
+                )
+        except (PressureQueryError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+            self._failed(_describe(exc, self.spec.poll_timeout_s))
+            return self.controller.observe(None)
+        for signal, value in zip(self.signals, values, strict=True):
+            self.readings[signal.name].value = value
+        if not self.up and self.polled:
+            log.warning("pressure: Prometheus answers again; the pressure loop resumes")
+        self.up, self.polled, self.error = True, True, None
+        before = self.controller.stage
+        stage = self.controller.observe(
+            {name: r.value for name, r in self.readings.items() if r.value is not None}
+        )
+        if stage != before:
+            log.info("pressure: stage %d -> %d", before, stage)
+        return stage
+
+    def _failed(self, error: str) -> None:
+        if self.up or not self.polled:
+            log.warning("pressure: %s; admission is as configured until Prometheus answers", error)
+        self.up, self.polled, self.error = False, True, error
+        for reading in self.readings.values():
+            reading.value = None
+
+    async def _query(self, session: aiohttp.ClientSession, query: str) -> float | None:
+        url = f"{self.spec.prometheus_url}/api/v1/query"
+        async with session.get(url, params={"query": query}, headers=self._headers) as reply:
+            body = await reply.read()
+        try:
+            answer = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise PressureQueryError(f"Prometheus answered HTTP {reply.status}, not JSON") from None
+        if not isinstance(answer, dict):
+            raise PressureQueryError(f"Prometheus answered HTTP {reply.status}, not an object")
+        if reply.status != 200 or answer.get("status") != "success":
+            detail = str(answer.get("error", ""))[:200]
+            raise PressureQueryError(f"query {query!r} failed (HTTP {reply.status}): {detail}")
+        data = answer.get("data")
+        return _largest_sample(data if isinstance(data, dict) else {})
+
+    async def run(self, session: aiohttp.ClientSession, apply: Callable[[int], None]) -> None:
+        """Poll every ``interval_s`` until cancelled, handing each poll's stage to ``apply``."""
+        while True:
+            apply(await self.poll_once(session))
+            await asyncio.sleep(self.spec.interval_s)
+
+    def status(self) -> dict[str, object]:
+        """What ``/admin/state`` shows of the loop."""
+        status = "ok" if self.up else "prometheus_unavailable" if self.polled else "starting"
+        return {
+            "stage": self.stage,
+            "max_stage": self.controller.max_stage,
+            "up": self.up,
+            "status": status,
+            "error": self.error,
+            "interval_s": self.spec.interval_s,
+            "signals": [
+                {
+                    "name": signal.name,
+                    "query": spec.query,
+                    "value": self.readings[signal.name].value,
+                    "threshold": signal.threshold,
+                    "clear_below": signal.clear_below,
+                    "above": self.up
+                    and self.controller.above(signal, self.readings[signal.name].value or 0.0),
+                }
+                for signal, spec in zip(self.signals, self.spec.signals, strict=True)
+            ],
+        }
+
+
+def _largest_sample(data: Mapping[str, object]) -> float | None:
+    """The largest finite value of a query answer (vector or scalar); ``None`` if none."""
+    kind, result = data.get("resultType"), data.get("result")
+    raw: list[object] = []
+    if kind == "scalar" and isinstance(result, list) and len(result) == 2:
+        raw = [result[1]]
+    elif kind == "vector" and isinstance(result, list):
+        raw = [_sample_value(sample) for sample in result]
+    else:
+        raise PressureQueryError(f"the query must give an instant vector or a scalar, not {kind}")
+    values = []
+    for text in raw:
+        try:
+            value = float(str(text))
+        except ValueError:
+            continue
+        if math.isfinite(value):
+            values.append(value)
+    return max(values, default=None)
+
+
+def _sample_value(sample: object) -> object:
+    """The value of one vector sample, ``None`` when it is not shaped as one."""
+    if isinstance(sample, dict):
+        pair = sample.get("value")
+        if isinstance(pair, list) and len(pair) == 2:
+            return pair[1]
+    return None
+
+
+def _describe(exc: BaseException, timeout_s: float) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"Prometheus did not answer within {timeout_s:g} s"
+    if isinstance(exc, PressureQueryError):
+        return str(exc)
+    return f"Prometheus is unreachable ({type(exc).__name__})"
