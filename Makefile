@@ -50,8 +50,8 @@ system-deps:
 	status=$$?; [ -z "$$made" ] || rm -f $$policy; exit $$status
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks fuzz
-	$(BIN)/ruff format --check src tests benchmarks fuzz
+	$(BIN)/ruff check src tests benchmarks fuzz deploy
+	$(BIN)/ruff format --check src tests benchmarks fuzz deploy
 	$(BIN)/vulture
 
 typecheck: $(STAMP)
