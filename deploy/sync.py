@@ -127,13 +127,10 @@ COPIES = (
 )
 
 
-def stale(root: Path) -> list[str]:
-    """The targets under ``root`` that differ from what their sources make (or are missing).
-
-    Raises:
-        SyncError: a source is missing or unusable (every such problem, one per line).
-    """
-    found, problems = [], []
+def _compare(root: Path) -> tuple[list[tuple[Path, bytes]], list[str]]:
+    """Each stale or missing target under ``root`` with what its source makes, and the
+    problems with the sources that could not be read."""
+    differing, problems = [], []
     for copy in COPIES:
         try:
             content = copy.expected(root)
@@ -142,10 +139,20 @@ def stale(root: Path) -> list[str]:
             continue
         target = root / copy.target
         if not target.is_file() or target.read_bytes() != content:
-            found.append(copy.target)
+            differing.append((Path(copy.target), content))
+    return differing, problems
+
+
+def stale(root: Path) -> list[str]:
+    """The targets under ``root`` that differ from what their sources make (or are missing).
+
+    Raises:
+        SyncError: a source is missing or unusable (every such problem, one per line).
+    """
+    differing, problems = _compare(root)
     if problems:
         raise SyncError("\n".join(problems))
-    return found
+    return [str(target) for target, _ in differing]
 
 
 def write(root: Path) -> tuple[list[str], list[str]]:
@@ -153,19 +160,11 @@ def write(root: Path) -> tuple[list[str], list[str]]:
 
     Returns the targets written and the problems with the sources that were not.
     """
-    written, problems = [], []
-    for copy in COPIES:
-        try:
-            content = copy.expected(root)
-        except SyncError as exc:
-            problems.append(str(exc))
-            continue
-        target = root / copy.target
-        if not target.is_file() or target.read_bytes() != content:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
-            written.append(copy.target)
-    return written, problems
+    differing, problems = _compare(root)
+    for target, content in differing:
+        (root / target).parent.mkdir(parents=True, exist_ok=True)
+        (root / target).write_bytes(content)
+    return [str(target) for target, _ in differing], problems
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 __all__ = ["PressureSignalSpec", "PressureSpec"]
 
 
+def _not_above(value: float | None, info: ValidationInfo, bound: str) -> float | None:
+    """``value`` of field ``info.field_name``, refused when above the already validated
+    field ``bound`` (so the error names the field that is wrong, and its line)."""
+    limit = info.data.get(bound)
+    if value is not None and limit is not None and value > limit:
+        raise ValueError(f"{info.field_name} ({value}) is above {bound} ({limit})")
+    return value
+
+
 class PressureSignalSpec(BaseModel):
     """One Prometheus query the pressure loop polls, and the values that move it."""
 
@@ -27,10 +36,7 @@ class PressureSignalSpec(BaseModel):
     @field_validator("clear_below")
     @classmethod
     def _clear_not_above_threshold(cls, value: float | None, info: ValidationInfo) -> float | None:
-        threshold = info.data.get("threshold")
-        if value is not None and threshold is not None and value > threshold:
-            raise ValueError(f"clear_below ({value}) is above threshold ({threshold})")
-        return value
+        return _not_above(value, info, "threshold")
 
 
 class PressureSpec(BaseModel):
@@ -67,10 +73,7 @@ class PressureSpec(BaseModel):
     @field_validator("timeout_s")
     @classmethod
     def _timeout_within_interval(cls, value: float | None, info: ValidationInfo) -> float | None:
-        interval = info.data.get("interval_s")
-        if value is not None and interval is not None and value > interval:
-            raise ValueError(f"timeout_s ({value}) is above interval_s ({interval})")
-        return value
+        return _not_above(value, info, "interval_s")
 
     @field_validator("signals")
     @classmethod

@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 
 from sluicegate.plan import PlanInput, allen_cunneen_wait
-from sluicegate.plan_warm import WarmPlan
+from sluicegate.plan_warm import WarmPlan, bisect_boundary
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -73,13 +73,13 @@ def saturation_rate(inp: PlanInput, replicas: int) -> float:
         inp: Service, variability and SLO (its arrival rate is not used).
         replicas: Replicas up, >= 1.
     """
-    lo, hi = 0.0, replicas * inp.slots_per_replica / inp.mean_service_s
-    while hi - lo > 1e-9 * hi:
-        mid = 0.5 * (lo + hi)
-        if _wait_quantile(inp, mid, replicas, 0.99) <= inp.p99_wait_slo_s:
-            lo = mid
-        else:
-            hi = mid
+    capacity = replicas * inp.slots_per_replica / inp.mean_service_s
+    lo, _ = bisect_boundary(
+        lambda rate: _wait_quantile(inp, rate, replicas, 0.99) <= inp.p99_wait_slo_s,
+        0.0,
+        capacity,
+        1e-9,
+    )
     return lo
 
 

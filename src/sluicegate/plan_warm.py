@@ -31,7 +31,7 @@ at every c; each falls as c grows, and so does their minimum.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from sluicegate.plan import (
@@ -163,14 +163,28 @@ def backlog_quantile(q: float, drift: float, variance_rate: float, horizon_s: fl
     while backlog_exceed_probability(hi, drift, variance_rate, horizon_s) > tail:
         step *= 2.0
         hi = fluid + step
-    lo = 0.0
-    while hi - lo > 1e-12 * hi:
+    _, hi = bisect_boundary(
+        lambda x: backlog_exceed_probability(x, drift, variance_rate, horizon_s) > tail,
+        0.0,
+        hi,
+        1e-12,
+    )
+    return hi
+
+
+def bisect_boundary(
+    holds: Callable[[float], bool], lo: float, hi: float, rel_tol: float
+) -> tuple[float, float]:
+    """Narrow ``[lo, hi]`` (``holds(lo)`` true, ``holds(hi)`` false) by bisection until
+    ``hi − lo ≤ rel_tol · hi``; the two ends, ``holds`` still true at one and false at the
+    other."""
+    while hi - lo > rel_tol * hi:
         mid = 0.5 * (lo + hi)
-        if backlog_exceed_probability(mid, drift, variance_rate, horizon_s) > tail:
+        if holds(mid):
             lo = mid
         else:
             hi = mid
-    return hi
+    return lo, hi
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,12 +325,7 @@ def max_burst_factor(inp: PlanInput, burst: Burst, replicas: int) -> float:
         if hi >= _MAX_SEARCH_FACTOR:
             return _MAX_SEARCH_FACTOR
         lo, hi = hi, min(2.0 * hi, _MAX_SEARCH_FACTOR)
-    while hi - lo > 5e-4 * lo:
-        mid = 0.5 * (lo + hi)
-        if meets(mid):
-            lo = mid
-        else:
-            hi = mid
+    lo, _ = bisect_boundary(meets, lo, hi, 5e-4)
     return lo
 
 
