@@ -68,7 +68,7 @@ def test_document_names_every_endpoint_and_error_status() -> None:
     paths = DOCUMENT["paths"]
     expected = {
         "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/healthz",
-        "/readyz", "/metrics", "/openapi.json", "/admin/state", "/admin/drain",
+        "/readyz", "/metrics", "/openapi.json", "/admin/state", "/admin/drain", "/dashboard",
     }  # fmt: skip
     assert set(paths) == expected
     responses = DOCUMENT["components"]["responses"]
