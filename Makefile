@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install system-deps lint typecheck test test-compiled test-fast demo bench bench-micro clean
+.PHONY: install llama-server system-deps lint typecheck test test-compiled test-fast demo bench bench-micro clean
 
 ENGINE_STAMP := $(VENV)/.installed-engine
 
@@ -23,6 +23,19 @@ $(ENGINE_STAMP): $(STAMP)
 
 install: $(STAMP)
 
+# llama.cpp's own server (llama-server), a continuous-batching engine for tests/realengine
+# (issue #19): built from the pinned llama-cpp-python sdist's vendor/llama.cpp the first time
+# (measured: see the README), cached outside the work tree by version; later runs reuse it.
+LLAMA_CPP_VERSION := 0.3.36
+LLAMA_SERVER_DIR := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sluicegate/llama-server-$(LLAMA_CPP_VERSION)
+LLAMA_SERVER := $(LLAMA_SERVER_DIR)/llama-server
+export SLUICEGATE_LLAMA_SERVER := $(LLAMA_SERVER)
+
+$(LLAMA_SERVER): | $(STAMP)
+	scripts/build-llama-server.sh $(LLAMA_CPP_VERSION) $(LLAMA_SERVER_DIR) $(BIN)/python
+
+llama-server: $(LLAMA_SERVER)
+
 # Programs the tests run for real, from Debian's packages when missing (CI runs as root, no
 # stdin): redis-server (distributed mode; each test starts its own on a free port), promtool and
 # prometheus (the alert rules and a live Prometheus), chromium (the dashboard in a real browser),
@@ -30,7 +43,7 @@ install: $(STAMP)
 # distribution's or the Kubernetes project's). A policy-rc.d that exits 101 keeps the packages
 # from starting system services. A no-op when every command is present.
 SYSTEM_DEPS := redis-server:redis-server promtool:prometheus prometheus:prometheus \
-	chromium:chromium kubectl:kubernetes-client
+	chromium:chromium kubectl:kubernetes-client cmake:cmake
 system-deps:
 	@missing=; for pair in $(SYSTEM_DEPS); do \
 	  command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; \
@@ -57,7 +70,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: system-deps lint typecheck $(ENGINE_STAMP)
+test: system-deps lint typecheck $(ENGINE_STAMP) $(LLAMA_SERVER)
 	$(BIN)/pytest
 	$(MAKE) test-compiled
 
