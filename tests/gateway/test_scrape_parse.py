@@ -5,13 +5,20 @@ parser reads the form."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sluicegate.emulator.metrics import EmulatorMetrics
 from sluicegate.engine import Engine, preset
-from sluicegate.gateway.scrape import KV_CAPACITY, WAITING, parse_engine_metrics
+from sluicegate.gateway.scrape import (
+    KV_CAPACITY,
+    KV_USAGE,
+    WAITING,
+    parse_engine_metrics,
+    stats_from,
+)
 
 RUNNING = "vllm:num_requests_running"
 
@@ -99,3 +106,30 @@ def test_the_kv_capacity_is_read_from_the_cache_config_labels() -> None:
     order and with other labels holding braces."""
     text = 'vllm:cache_config_info{x="}{",block_size="16",num_gpu_blocks="1000"} 1.0\n'
     assert parse_engine_metrics(text) == {KV_CAPACITY: 16000.0}
+
+
+# What ``llama-server --parallel 4 --metrics`` (built from llama-cpp-python 0.3.36) answered
+# at /metrics with 4 requests running and 4 more waiting for a slot.
+LLAMA_SERVER_METRICS = Path(__file__).with_name("llama_server_metrics.prom")
+
+
+def test_llama_servers_exposition_gives_running_and_waiting_and_no_kv_usage() -> None:
+    """llama-server's busy slots (``llamacpp:requests_processing``) and its own queue
+    (``llamacpp:requests_deferred``) become the backend's running and waiting counts, as
+    prometheus-client reads them; it exports no KV-cache gauge, so the usage stays unknown."""
+    text = LLAMA_SERVER_METRICS.read_text()
+    found = parse_engine_metrics(text)
+    assert found == {"llamacpp:requests_processing": 4.0, "llamacpp:requests_deferred": 4.0}
+    families = {family.name for family in text_string_to_metric_families(text)}
+    assert not families & set(KV_USAGE)
+    stats = stats_from("tiny", "llama-0", found, healthy=True)
+    assert (stats.num_requests_running, stats.num_requests_waiting) == (4, 4)
+    assert stats.kv_cache_usage is None
+    assert stats.kv_capacity_tokens is None
+
+
+def test_an_older_llama_servers_kv_usage_ratio_is_read() -> None:
+    """Builds before llama.cpp's KV-cache rewrite exported ``llamacpp:kv_cache_usage_ratio``:
+    it is still the backend's KV usage when present."""
+    text = LLAMA_SERVER_METRICS.read_text() + "llamacpp:kv_cache_usage_ratio 0.25\n"
+    assert stats_from("tiny", "llama-0", parse_engine_metrics(text)).kv_cache_usage == 0.25

@@ -21,6 +21,10 @@ class FrozenSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+# ``llamacpp`` is llama-cpp-python's server, ``llama-server`` llama.cpp's own.
+EngineKind = Literal["vllm", "sglang", "llamacpp", "llama-server", "tgi", "trtllm", "emulator"]
+
+
 class BackendSpec(FrozenSpec):
     """One engine replica serving a model."""
 
@@ -28,7 +32,7 @@ class BackendSpec(FrozenSpec):
     url: str | None = None
     weight: float = Field(1.0, gt=0.0, le=1000.0)
     max_concurrency: int | None = Field(None, ge=1)
-    engine: Literal["vllm", "sglang", "llamacpp", "tgi", "trtllm", "emulator"] = "vllm"
+    engine: EngineKind = "vllm"
 
 
 class AdaptiveSpec(FrozenSpec):

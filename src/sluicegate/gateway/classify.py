@@ -132,6 +132,11 @@ def _prompt_size(body: dict[str, object], endpoint: Endpoint) -> tuple[int, int]
             parts += more_parts
             if parts > MAX_ITEMS:
                 raise _too_many("messages", parts, "content parts in all")
+        # After the contents: a message that lacks both is named by its content first.
+        for i, message in enumerate(messages):
+            role = message.get("role")
+            if not isinstance(role, str) or not role:
+                raise _bad("each message needs a 'role' string", f"messages[{i}].role")
         return chars, len(messages)
     key = "prompt" if endpoint == "completions" else "input"
     prompt = body.get(key)

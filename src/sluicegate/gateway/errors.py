@@ -22,6 +22,7 @@ _TYPES = {
     415: "invalid_request_error",
     429: "rate_limit_error",
     431: "invalid_request_error",
+    501: "invalid_request_error",
     502: "api_error",
     503: "service_unavailable_error",
     504: "timeout_error",

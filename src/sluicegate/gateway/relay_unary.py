@@ -71,7 +71,7 @@ class UnaryRelay:
             return False
         ticket, admit = exchange.ticket, exchange.admit
         assert admit is not None
-        if self.state.backend_engine(ticket.model, admit.backend) == "llamacpp":
+        if self.state.streams_unary(ticket.model, admit.backend):
             return True
         lane = self.state.models[ticket.model].lane(ticket.lane)
         return (

@@ -11,7 +11,7 @@ import orjson
 from sluicegate.core.ticket import Feedback, Outcome, Usage
 from sluicegate.gateway.asgi import JSON, send_body
 from sluicegate.gateway.classify import Endpoint
-from sluicegate.gateway.errors import GatewayError, retry_headers
+from sluicegate.gateway.errors import GatewayError, error_body, retry_headers
 from sluicegate.gateway.exchange import Exchange
 
 ENGINE_RETRY_AFTER_S = 1.0
@@ -36,6 +36,49 @@ def error_event(code: str, message: str) -> bytes:
     return b"data: " + orjson.dumps(body) + b"\n\ndata: [DONE]\n\n"
 
 
+CLIENT_FAULT_500 = (
+    "image input is not supported",
+    "audio input is not supported",
+    "Failed to parse messages",
+)
+"""How llama-server's 500s for the request's own fault begin (a part it was not started
+to read, a message it cannot parse): answered as 400s, so no client can open a circuit."""
+_ENGINE_CODES = {400: "invalid_request", 404: "not_found", 429: "rate_limit_exceeded"}
+
+
+def _engine_message(answer: dict[str, object]) -> tuple[str | None, object]:
+    """The message and ``type`` of an engine's error body (OpenAI's, llama-server's or
+    vLLM's shape, whose message is at the top level)."""
+    error = answer.get("error")
+    if isinstance(error, dict):
+        message = error.get("message")
+        return (message if isinstance(message, str) else None), error.get("type")
+    message = answer.get("message")
+    return (message if isinstance(message, str) else None), answer.get("type")
+
+
+def _client_fault(answer: dict[str, object]) -> bool:
+    message, _ = _engine_message(answer)
+    return message is not None and message.startswith(CLIENT_FAULT_500)
+
+
+def openai_error_body(status: int, answer: dict[str, object], body: bytes) -> bytes:
+    """An engine's error ``body`` in OpenAI's shape (string ``code``, ``param``): as it is
+    when already so, else rebuilt keeping the engine's message. llama-server's context
+    overflow becomes ``context_length_exceeded``."""
+    error = answer.get("error")
+    if isinstance(error, dict) and isinstance(error.get("code"), str) and "param" in error:
+        return body
+    message, kind = _engine_message(answer)
+    if kind == "exceed_context_size_error":
+        code = "context_length_exceeded"
+    elif status == 501:
+        code = "not_supported"
+    else:
+        code = _ENGINE_CODES.get(status, "upstream_error")
+    return error_body(status, code, message or f"the engine answered {status}")
+
+
 def _reported_usage(answer: dict[str, object], prompt: int) -> tuple[int, int]:
     """(prompt, completion) tokens from an answer's ``usage``; the estimate and 0 for
     anything missing or not a non-negative integer."""
@@ -58,16 +101,23 @@ async def relay_answer(
     admission) if the engine streamed it.
 
     An engine 5xx or a body that is not a JSON object is a 502 ``upstream_error``
-    (the engine's body is never relayed). For the adaptive limit a success is a
-    latency sample, the engine's 429 a drop (like its 5xx, which also count against
-    the circuit), any other 4xx nothing.
+    (the engine's body is never relayed), except a 501 (a feature the engine was not
+    started with, e.g. llama-server's embeddings) and a 500 that llama-server gives
+    for the request's own fault (``CLIENT_FAULT_500``: a 400). An engine 4xx keeps
+    its status and message in OpenAI's error shape. For the adaptive limit a success
+    is a latency sample, the engine's 429 a drop (like its 5xx, which also count
+    against the circuit), any other 4xx (and 501) nothing.
     """
     try:
         answer = orjson.loads(body)
     except orjson.JSONDecodeError:
         answer = None
-    if status >= 500 or not isinstance(answer, dict):
+    if status == 500 and isinstance(answer, dict) and _client_fault(answer):
+        status = 400
+    if (status >= 500 and status != 501) or not isinstance(answer, dict):
         raise exchange.fail(GatewayError(502, "upstream_error", f"the engine answered {status}"))
+    if status >= 400:
+        body = openai_error_body(status, answer, body)
     prompt, completion = _reported_usage(answer, exchange.ticket.prompt_tokens)
     if status < 400:
         outcome, feedback = Outcome.COMPLETED, Feedback.SAMPLE

@@ -3,19 +3,27 @@
 Understands vLLM (``vllm:kv_cache_usage_perc``, the older
 ``vllm:gpu_cache_usage_perc``, ``vllm:num_requests_running/waiting``), SGLang
 (``sglang:token_usage``, ``sglang:num_running_reqs``, ``sglang:num_queue_reqs``)
-and llama.cpp's server (``llamacpp:kv_cache_usage_ratio``,
-``llamacpp:requests_processing``, ``llamacpp:requests_deferred``). vLLM's
+and llama.cpp's own server, ``llama-server --metrics``
+(``llamacpp:requests_processing``: busy slots; ``llamacpp:requests_deferred``:
+requests waiting in its own queue for a slot). llama-server exports no KV-cache
+gauge since its KV-cache rewrite (0.3.36 has none; older builds had
+``llamacpp:kv_cache_usage_ratio``, still read when present), and a slot holds
+its context until the request ends, so busy slots are not KV pressure: a
+``kv_cache`` adaptive limit has nothing to follow there, and the cap that keeps its
+queue empty is ``max_concurrency`` = ``--parallel``. vLLM's
 ``vllm:cache_config_info`` (labels ``num_gpu_blocks`` × ``block_size``) gives the
 KV capacity in tokens that an ``auto`` in-flight token budget is derived from.
 
 Not every engine has both endpoints; llama-cpp-python has neither. Without
 ``/health``, any HTTP answer to the probe (a 404 included) means the engine is
 up, so a backend marked down while unreachable is taken back once it answers
-again. Without ``/metrics`` (404, or a body that is not Prometheus text), the
-scheduler keeps its own signals (in-flight counts, passive health) and the
-endpoint is asked again only every ``METRICS_RETRY_POLLS`` polls. Probes use
-only those two paths: on llama-cpp-python any other route may wait behind the
-request being generated, or interrupt it.
+again (llama-server answers 503 while it loads its model: down). Without
+``/metrics`` (404, 501 from a llama-server started without ``--metrics``, or a
+body that is not Prometheus text), the scheduler keeps its own signals (in-flight
+counts, passive health) and the endpoint is asked again only every
+``METRICS_RETRY_POLLS`` polls. Probes use only those two paths: on
+llama-cpp-python any other route may wait behind the request being generated,
+or interrupt it.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ CACHE_CONFIG = "vllm:cache_config_info"
 KV_CAPACITY = "kv_capacity_tokens"  # key of the derived capacity in ``parse_engine_metrics``
 PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
 METRICS_RETRY_POLLS = 30
+NO_METRICS_STATUSES = frozenset({404, 501})  # 501: llama-server without ``--metrics``
 _WANTED = frozenset(KV_USAGE + RUNNING + WAITING)
 _SAMPLE_HEAD = re.compile(r"[ \t]*([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t]*")
 _LABEL_BLOCK = re.compile(r'\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\}')
@@ -152,7 +161,7 @@ async def _scrape(session: aiohttp.ClientSession, url: str) -> dict[str, float] 
     """The engine's known metrics; None on a failed scrape; ``_NoMetricsError`` if it has none."""
     try:
         async with session.get(url + "/metrics", timeout=PROBE_TIMEOUT) as response:
-            if response.status == 404:
+            if response.status in NO_METRICS_STATUSES:
                 raise _NoMetricsError
             if response.status != 200:
                 return None

@@ -23,6 +23,12 @@ from sluicegate.store.keys import default_replica_id
 from sluicegate.store.redis_store import RedisStore
 
 ANONYMOUS = "anonymous"
+# Engines that keep generating a non-streamed request after its client has left: the gateway
+# sends them non-streamed requests as streams and reassembles the answer, so that leaving
+# stops them. llama-cpp-python notices a departed client only when writing to it fails;
+# llama-server looks only after a second without a result for any request, which a busy
+# engine seldom has (tests/realengine/test_llama_server_slots.py).
+STREAMED_UPSTREAM = frozenset({"llamacpp", "llama-server"})
 
 
 class GatewayState:
@@ -96,14 +102,15 @@ class GatewayState:
         """The tenant's scheduling settings (defaults for the anonymous tenant)."""
         return self._tenants.get(tenant, self._default_tenant)
 
-    def backend_engine(self, model: str, backend: str) -> str:
-        """The configured engine kind of a backend (``vllm``, ``llamacpp``, ...)."""
-        return self._engines[(model, backend)]
-
     def keeps_alive(self, model: str, backend: str) -> bool:
-        """Whether upstream connections to a backend are pooled (not for llama.cpp, whose
-        server drops connections after some answers without saying so)."""
+        """Whether upstream connections to a backend are pooled (not for llama-cpp-python's
+        server, which drops connections after some answers without saying so; llama.cpp's
+        own ``llama-server`` keeps them)."""
         return self._engines[(model, backend)] != "llamacpp"
+
+    def streams_unary(self, model: str, backend: str) -> bool:
+        """Whether non-streamed requests go to a backend as streams (``STREAMED_UPSTREAM``)."""
+        return self._engines[(model, backend)] in STREAMED_UPSTREAM
 
     def backend_url(self, model: str, backend: str) -> str:
         """The configured base URL of a backend (never taken from a request)."""
