@@ -112,6 +112,29 @@ PRESETS: dict[str, EngineConfig] = {
         per_decode_seq_s=5.0e-4,
         per_kv_token_s=1.0e-7,
     ),
+    # llama.cpp's llama-server (llama-cpp-python 0.3.36 sdist) serving the tests' tiny GGUF
+    # (2 layers, width 64) on this machine type's CPU (2-core x86_64 VM), started as
+    # tests/realengine starts it: --parallel 4 (slots), -c 8192 (KV: 2,048 tokens per
+    # slot), --threads 1, n_batch 2048 (most tokens per step; a longer prompt is split over
+    # steps, as chunked prefill). Measured, not derived: benchmarks/calibrate_llama_server.py
+    # read llama-server's per-request timings (2026-12-02, background < 0.1 core) and fitted
+    # the coefficients by least squares on relative error; its table is in
+    # docs/BENCHMARKS.md and tests/engine/test_preset_llama_server.py. A decode step costs
+    # ~56 µs per sequence plus ~0.7 µs per context token attended (no batching gain at this
+    # width: 4 sequences cost 4× one). Prefill is superlinear in the prompt (attention over
+    # it: ~30 µs/token at 128 tokens, ~57 µs/token at 1,536); this formula is linear, so the
+    # preset is ~25% slow for short prompts and ~30% fast for prompts over 700 tokens.
+    # No KV preemption: llama-server's slots never share KV, and 4 × 2,048 fit 8,192.
+    "llama-server-tiny-cpu": EngineConfig(
+        max_num_seqs=4,
+        max_num_batched_tokens=2048,
+        kv_capacity_tokens=8192,
+        block_size=16,
+        base_s=4.74e-05,
+        per_prefill_token_s=3.75e-05,
+        per_decode_seq_s=5.56e-05,
+        per_kv_token_s=7.25e-07,
+    ),
     # Eight independent servers for queueing-theory checks (Erlang C, Allen–Cunneen):
     # a request's service time is exactly 0.01 s per output token + 1e-5 s per
     # prompt token (EngineConfig.solo_service_s), whatever else is running.
