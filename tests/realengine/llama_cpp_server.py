@@ -32,10 +32,9 @@ import pytest
 from sluicegate.config import parse_config
 from sluicegate.gateway.app import build_app
 from tests.gateway.gateway_harness import ADMIN_KEY, MODEL, Stack, serve_in_thread, unused_port
+from tests.realengine.engine_process import start_engine, stop_engine
 
 LLAMA_SERVER_VERSION = "0.3.36"  # the llama-cpp-python sdist it is built from (Makefile's pin)
-START_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 10.0
 BUILD_HINT = (
     "build it with `make llama-server` (scripts/build-llama-server.sh {version} {dir}), "
     "or point SLUICEGATE_LLAMA_SERVER at a llama-server binary"
@@ -118,29 +117,12 @@ class LlamaCppServer:
         assert self._process is None, "already running"
         self.port = self.port or unused_port()
         command = self.command()  # fails the test if the binary is missing
-        begun = time.monotonic()
-        with self.log.open("ab") as log:
-            self._process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-        while not self.healthy():
-            if self._process.poll() is not None or time.monotonic() - begun > START_TIMEOUT_S:
-                self.stop()
-                tail = self.log.read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"llama-server did not start:\n{tail}")
-            time.sleep(0.05)
+        self._process = start_engine(command, self.log, self.healthy, "llama-server")
 
     def stop(self) -> None:
         """Terminate the process (SIGTERM, then SIGKILL after 10 s) and reap it."""
         process, self._process = self._process, None
-        if process is None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=STOP_TIMEOUT_S)
+        stop_engine(process)
 
     @property
     def pid(self) -> int:

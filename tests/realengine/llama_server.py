@@ -12,7 +12,6 @@ import importlib.util
 import os
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -23,11 +22,11 @@ from pathlib import Path
 import pytest
 
 from tests.gateway.gateway_harness import MODEL, unused_port
+from tests.realengine.engine_process import start_engine, stop_engine
 
 # The tiny model streams ~3 ms a token, so 512 tokens of context would be over in ~1.5 s:
 # too short to show that a disconnect frees the engine. 4096 allows ~12 s streams.
 N_CTX = 4096
-START_TIMEOUT_S = 60.0
 SKIP_REASON = (
     "the real-engine tests need llama-cpp-python[server] and gguf, which are not installed; "
     "the engine-tests extra builds them (pip install -e '.[dev,engine-tests]', or make test)"
@@ -76,21 +75,9 @@ class LlamaServer:
         """Start the server and wait until it answers; RuntimeError with its log if it dies."""
         assert self._process is None, "already running"
         self.port = self.port or unused_port()
-        begun = time.monotonic()
-        with self.log.open("ab") as log:
-            self._process = subprocess.Popen(
-                self.command(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},  # its access log, line by line
-            )
-        while not self._answers():
-            if self._process.poll() is not None or time.monotonic() - begun > START_TIMEOUT_S:
-                self.stop()
-                tail = self.log.read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"llama_cpp.server did not start:\n{tail}")
-            time.sleep(0.05)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # its access log, line by line
+        name = "llama_cpp.server"
+        self._process = start_engine(self.command(), self.log, self._answers, name, env)
 
     def _answers(self) -> bool:
         try:
@@ -102,14 +89,7 @@ class LlamaServer:
     def stop(self) -> None:
         """Terminate the process (SIGTERM, then SIGKILL after 10 s) and reap it."""
         process, self._process = self._process, None
-        if process is None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop_engine(process)
 
     def requests_logged(self, method_and_path: str) -> int:
         """How many requests for ``method_and_path`` (e.g. ``GET /metrics``) the server has
