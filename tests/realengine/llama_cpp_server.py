@@ -104,6 +104,11 @@ class LlamaCppServer:
         cores, and llama.cpp's default (every core) stalls a whole step whenever another
         process takes one (decode steps of ~330 ms instead of 1-3 ms were seen)."""
         threads = [] if {"-t", "--threads"} & set(self.extra) else ["--threads", "1"]
+        # Every open stream, and every request waiting for a slot, holds one of its HTTP
+        # threads (by default --parallel + 2): with more in flight, /metrics, /slots and
+        # /health wait for a thread, and a test reading them times out.
+        if "--threads-http" not in self.extra:
+            threads += ["--threads-http", "64"]
         return [
             str(llama_server_binary()), "-m", str(self.model), "--alias", MODEL,
             "--host", "127.0.0.1", "--port", str(self.port),
