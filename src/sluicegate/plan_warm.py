@@ -250,9 +250,7 @@ class BurstWait:
 
 def _burst_waits(inp: PlanInput, burst: Burst, first_replicas: int) -> Iterator[BurstWait]:
     """Yield BurstWait for first_replicas, first_replicas + 1, … (one Erlang B recursion)."""
-    if isinstance(first_replicas, bool) or not isinstance(first_replicas, int):
-        raise ValueError(f"replicas must be an int >= 1, got {first_replicas!r}")
-    if first_replicas < 1:
+    if type(first_replicas) is not int or first_replicas < 1:  # a bool is not a count
         raise ValueError(f"replicas must be an int >= 1, got {first_replicas!r}")
     lam = burst.factor * inp.arrival_rate
     mu = 1.0 / inp.mean_service_s

@@ -6,9 +6,15 @@ import socket
 import time
 import urllib.request
 
+import openai
 import orjson
 
 from tests.gateway.gateway_harness import MODEL, http_call
+
+
+def sdk_client(base_url: str) -> openai.OpenAI:
+    """The official SDK, pointed at ``base_url`` (a gateway or an engine), without retries."""
+    return openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0)
 
 
 def token_count(engine_url: str, text: str) -> int:

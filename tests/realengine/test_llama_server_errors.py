@@ -14,7 +14,7 @@ import pytest
 
 from tests.gateway.gateway_harness import MODEL, Stack, backend_state, http_call, openai_error
 from tests.realengine.llama_cpp_server import LlamaCppServer
-from tests.realengine.realengine_client import completion_body
+from tests.realengine.realengine_client import completion_body, sdk_client
 from tests.realengine.realengine_stack import GatewayFactory
 
 pytestmark = pytest.mark.realengine
@@ -23,10 +23,6 @@ SLOT_CONTEXT = 2048  # -c 8192 over --parallel 4
 TOO_LONG = "x" * (SLOT_CONTEXT + 52)  # one token a character, no BOS: 2100 tokens
 TWO_STRIKES = "    circuit_failures: 2\n    circuit_cooldown_s: 30\n"
 BACKEND = "llama-0"
-
-
-def _client(gateway: Stack) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gateway.base_url + "/v1", api_key="unused", max_retries=0)
 
 
 @pytest.fixture
@@ -64,7 +60,7 @@ def test_prompt_too_long_is_a_400_naming_the_context(
     """Streamed or not (llama-server checks the prompt before it starts a stream), the SDK
     gets a BadRequestError naming the slot's context, at once; three of them leave the
     circuit closed."""
-    with _client(gateway) as client:
+    with sdk_client(gateway.base_url) as client:
         for _ in range(3):
             start = time.monotonic()
             with pytest.raises(openai.BadRequestError) as caught:
@@ -99,7 +95,7 @@ def test_prompt_too_long_error_is_openai_shaped(gateway: Stack, stream: bool) ->
 def test_generation_stops_where_the_slot_context_ends(gateway: Stack) -> None:
     """A prompt near the slot's context with a huge max_tokens: the answer ends when the
     context is full (prompt + completion = 2048 tokens), finish_reason ``length``."""
-    with _client(gateway) as client:
+    with sdk_client(gateway.base_url) as client:
         answer = client.completions.create(
             model=MODEL, prompt="x" * 2040, max_tokens=1_000_000, temperature=0.0
         )
@@ -180,7 +176,7 @@ def test_input_only_the_engine_checks_is_its_400(gateway: Stack, case: str) -> N
     """The engine's 400 (its message) reaches the SDK as a BadRequestError; three of them
     leave the circuit closed."""
     fields, message = CHECKED_BY_THE_ENGINE[case]
-    with _client(gateway) as client:
+    with sdk_client(gateway.base_url) as client:
         for _ in range(3):
             with pytest.raises(openai.BadRequestError) as caught:
                 _complete(client, fields)

@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from tests.gateway.gateway_harness import MODEL, Stack, http_call, metric, wait_until
 from tests.realengine.llama_cpp_server import LlamaCppServer, MetricsWatch
+from tests.realengine.realengine_client import sdk_client
 from tests.realengine.realengine_stack import GatewayFactory
 
 pytestmark = pytest.mark.realengine
@@ -30,15 +30,11 @@ GREEDY: dict[str, Any] = {"model": MODEL, "max_tokens": MAX_TOKENS, "temperature
 WITH_USAGE: dict[str, Any] = {"stream_options": {"include_usage": True}}
 
 
-def _client(base_url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0)
-
-
 def _ask(base_url: str, endpoint: str, **extra: Any) -> Any:
     """A greedy answer of ``endpoint`` (``chat`` or ``completions``), as the SDK returns it
     (a list of chunks when ``stream=True``)."""
     fields = {**GREEDY, **extra}
-    with _client(base_url) as client:
+    with sdk_client(base_url) as client:
         if endpoint == "chat":
             answer: Any = client.chat.completions.create(messages=MESSAGES, **fields)
         else:
@@ -261,7 +257,7 @@ def test_models_are_the_gateways_own_list(llama_cpp: LlamaCppServer, gateway: St
     """``/v1/models`` is the gateway's OpenAI list of its configured models; the engine's
     own (with an extra ``models`` array) is never relayed."""
     assert "models" in llama_cpp.get_json("/v1/models")
-    with _client(gateway.base_url) as client:
+    with sdk_client(gateway.base_url) as client:
         models = client.models.list()
     assert [model.id for model in models.data] == [MODEL]
     assert "models" not in http_call(gateway.base_url, "GET", "/v1/models").json()

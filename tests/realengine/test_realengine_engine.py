@@ -8,7 +8,6 @@ import asyncio
 import time
 
 import aiohttp
-import openai
 import orjson
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
@@ -19,6 +18,7 @@ from tests.realengine.realengine_client import (
     completion_body,
     data_payloads,
     engine_answers_within,
+    sdk_client,
     stalled_stream,
     token_count,
     wait_engine_idle,
@@ -34,16 +34,12 @@ MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say s
 STALLED_TOKENS = 1500
 
 
-def _client(engine: LlamaServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=engine.url + "/v1", api_key="unused", max_retries=0)
-
-
 def test_chat_uses_the_models_chat_template_and_counts_its_tokens(
     llama_engine: LlamaServer,
 ) -> None:
     """A chat answer runs to max_tokens in printable ASCII; its prompt tokens are the
     engine's count of the ChatML rendering of the messages."""
-    with _client(llama_engine) as client:
+    with sdk_client(llama_engine.url) as client:
         answer = client.chat.completions.create(
             model=MODEL, messages=MESSAGES, max_tokens=12, temperature=0.0
         )

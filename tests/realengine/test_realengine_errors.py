@@ -12,7 +12,7 @@ import pytest
 
 from tests.gateway.gateway_harness import MODEL, Stack, backend_state, http_call, openai_error
 from tests.realengine.llama_server import N_CTX, require_llama_cpp
-from tests.realengine.realengine_client import completion_body, data_payloads, error_of
+from tests.realengine.realengine_client import completion_body, data_payloads, error_of, sdk_client
 from tests.realengine.realengine_stack import GatewayFactory
 
 require_llama_cpp()
@@ -28,10 +28,6 @@ DEEPLY_NESTED = (
 )
 
 
-def _client(gateway: Stack) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gateway.base_url + "/v1", api_key="unused", max_retries=0)
-
-
 @pytest.fixture
 def gateway(gateway_for: GatewayFactory) -> Iterator[Stack]:
     """A gateway whose circuit opens after two consecutive engine failures."""
@@ -44,7 +40,7 @@ def test_unary_prompt_too_long_is_a_400_context_length_exceeded(
     gateway: Stack, endpoint: str
 ) -> None:
     """The SDK gets a BadRequestError naming the context length."""
-    with _client(gateway) as client, pytest.raises(openai.BadRequestError) as caught:
+    with sdk_client(gateway.base_url) as client, pytest.raises(openai.BadRequestError) as caught:
         _ask_too_long(client, endpoint)
     assert caught.value.code == "context_length_exceeded"
     assert str(N_CTX) in caught.value.message
@@ -74,7 +70,7 @@ def test_streamed_prompt_too_long_ends_with_an_error_event(gateway: Stack) -> No
     assert error["code"] == "empty_stream", error
     assert payloads[-1] == b"[DONE]"
     assert took < 5.0
-    with _client(gateway) as client, pytest.raises(openai.APIError):
+    with sdk_client(gateway.base_url) as client, pytest.raises(openai.APIError):
         list(client.completions.create(model=MODEL, prompt=TOO_LONG, max_tokens=4, stream=True))
 
 

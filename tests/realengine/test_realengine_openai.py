@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from tests.gateway.gateway_harness import MODEL, Stack, metric, wait_until
 from tests.realengine.gaps import STREAM_PROMPT_TOKENS
 from tests.realengine.llama_server import LlamaServer, require_llama_cpp
-from tests.realengine.realengine_client import token_count
+from tests.realengine.realengine_client import sdk_client, token_count
 from tests.realengine.realengine_stack import GatewayFactory
 
 require_llama_cpp()
@@ -26,13 +25,9 @@ PROMPT = "Once upon a time"
 MAX_TOKENS = 24
 
 
-def _client(base_url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0)
-
-
 def _chat(base_url: str, *, stream: bool) -> tuple[str, str | None]:
     """(text, finish_reason) of a greedy chat answer from ``base_url``."""
-    with _client(base_url) as client:
+    with sdk_client(base_url) as client:
         if not stream:
             answer = client.chat.completions.create(
                 model=MODEL, messages=MESSAGES, max_tokens=MAX_TOKENS, temperature=0.0
@@ -50,7 +45,7 @@ def _chat(base_url: str, *, stream: bool) -> tuple[str, str | None]:
 
 def _completion(base_url: str, *, stream: bool) -> tuple[str, str | None]:
     """(text, finish_reason) of a greedy text completion from ``base_url``."""
-    with _client(base_url) as client:
+    with sdk_client(base_url) as client:
         if not stream:
             answer = client.completions.create(
                 model=MODEL, prompt=PROMPT, max_tokens=MAX_TOKENS, temperature=0.0
@@ -140,7 +135,7 @@ def test_unary_answer_streamed_upstream_reports_the_engines_usage(
     """A unary completion in a lane that preempts with ``abort`` (which the gateway streams
     from the engine and reassembles) is the engine's own text, with the engine's usage."""
     expected, _ = _completion(llama_engine.url, stream=False)
-    with _client(gateway.base_url) as client:
+    with sdk_client(gateway.base_url) as client:
         answer = client.completions.create(
             model=MODEL, prompt=PROMPT, max_tokens=MAX_TOKENS, temperature=0.0,
             extra_headers={"X-Sluicegate-Lane": "batch"},

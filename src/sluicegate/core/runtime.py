@@ -74,6 +74,7 @@ class ModelRuntime:
         "backend_slots",
         "backends",
         "borrowed_running",
+        "ceilings",
         "inflight_tokens",
         "kv_capacity",
         "lane_order",
@@ -115,6 +116,7 @@ class ModelRuntime:
         self.predictor = Predictor(spec)
         self.max_concurrency = spec.max_concurrency
         self.share = 1.0
+        self.ceilings: Mapping[str, int] = {}
         self.running = 0
         self.borrowed_running = 0
         self.inflight_tokens = 0
@@ -193,6 +195,7 @@ class ModelRuntime:
     def set_ceilings(self, ceilings: Mapping[str, int]) -> None:
         """Tighten the lanes named in ``ceilings`` to their caps there (cluster pressure);
         every other lane is back to its configured cap (at the present share)."""
+        self.ceilings = ceilings
         for lane in self.lane_order:
             lane.ceiling = ceilings.get(lane.spec.name)
             lane.borrow = lane.spec.borrow and lane.ceiling is None

@@ -29,6 +29,7 @@ budgets, backends) and their accounting live in ``runtime``.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 
 from sluicegate.core.admission import admit_waiting
 from sluicegate.core.decisions import Admit, Decision, ErrorCode, Expire, Queued
@@ -366,10 +367,9 @@ class Scheduler:
         runtime = self._model(model)
         return runtime.cap(), runtime.token_budget
 
-    def ceilings(self, model: str) -> dict[str, int]:
+    def ceilings(self, model: str) -> Mapping[str, int]:
         """The lanes of ``model`` cluster pressure holds, and the cap each keeps."""
-        lanes = self._model(model).lane_order
-        return {lane.spec.name: lane.cap for lane in lanes if lane.ceiling is not None}
+        return self._model(model).ceilings
 
     def running(self, model: str) -> list[tuple[Ticket, int]]:
         """The model's running tickets with their token costs (re-written to a returning store)."""

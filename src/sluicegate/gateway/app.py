@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import socket
 import time
@@ -107,11 +108,10 @@ def build_app(
         poller = asyncio.create_task(poll_forever(state)) if scrape else None
         pressure = None
         if state.pressure is not None:
-            interval = state.pressure.spec.interval_s
-
-            def apply(stage: int) -> None:
-                state.driver.set_pressure(stage, retry_s=interval)
-
+            # A closed lane's refusals advise a retry after the next poll.
+            apply = functools.partial(
+                state.driver.set_pressure, retry_s=state.pressure.spec.interval_s
+            )
             pressure = asyncio.create_task(state.pressure.run(state.upstream.session, apply))
         if isinstance(clock, OffsetClock):
             clock.watch(asyncio.get_running_loop(), state.driver.clock_jumped)

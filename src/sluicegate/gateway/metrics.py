@@ -126,7 +126,7 @@ class _SchedulerGauges(Collector):
 
 class LaneMetrics:
     """The metric children of one (model, lane), looked up once instead of per request,
-    and what ``/admin/state`` shows of the lane: counts by outcome and recent waits."""
+    and the lane's recent queue waits, which ``/admin/state`` shows."""
 
     __slots__ = (
         "_clock",
@@ -134,7 +134,6 @@ class LaneMetrics:
         "_requests",
         "_values",
         "_waits",
-        "counts",
         "duration",
         "queue_wait",
         "ttft",
@@ -147,7 +146,6 @@ class LaneMetrics:
         self._requests = metrics.requests
         self._values = (model, lane)
         self._outcomes: dict[Outcome, Counter] = {}
-        self.counts: dict[str, int] = {}
         self._waits: deque[tuple[float, float]] = deque(maxlen=WAIT_WINDOW_MAX)
         self._clock = metrics.clock
 
@@ -157,7 +155,6 @@ class LaneMetrics:
         if child is None:
             child = self._outcomes[outcome] = self._requests.labels(*self._values, outcome.value)
         child.inc()
-        self.counts[outcome.value] = self.counts.get(outcome.value, 0) + 1
 
     def waited(self, seconds: float) -> None:
         """A request of this lane was admitted after waiting ``seconds``."""
@@ -224,6 +221,18 @@ class GatewayMetrics:
         self.registry.register(_SchedulerGauges(scheduler, clock))
         self._lanes: dict[tuple[str, str], LaneMetrics] = {}
         self._token_children: dict[tuple[str, str], tuple[Counter, Counter, list[int]]] = {}
+
+    def outcome_counts(self) -> dict[tuple[str, str], dict[str, int]]:
+        """Requests ended so far, by (model, lane) and outcome, as ``sluicegate_requests``
+        counts them."""
+        counts: dict[tuple[str, str], dict[str, int]] = {}
+        for family in self.requests.collect():
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    labels = sample.labels
+                    lane = counts.setdefault((labels["model"], labels["lane"]), {})
+                    lane[labels["outcome"]] = int(sample.value)
+        return counts
 
     def lane(self, model: str, lane: str) -> LaneMetrics:
         """The cached children of ``(model, lane)``."""

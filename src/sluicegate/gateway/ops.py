@@ -137,6 +137,7 @@ class Ops:
     def _local_state(self) -> dict[str, object]:
         scheduler = self.state.scheduler
         metrics = self.state.metrics
+        outcomes = metrics.outcome_counts()
         models = []
         for name in scheduler.models():
             view = scheduler.view(name, self.state.driver.now())
@@ -153,7 +154,7 @@ class Ops:
                         "limit": min(lane.cap, view.cap),
                         "policy": lane.policy,
                         "pressure_tightened": lane.tightened,
-                        "outcomes": dict(seen.counts),
+                        "outcomes": outcomes.get((name, lane.name), {}),
                         "queue_wait_s": seen.recent_waits(),
                     }
                 )

@@ -16,7 +16,6 @@ import logging
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 import aiohttp
 import orjson
@@ -32,13 +31,6 @@ log = logging.getLogger("sluicegate.pressure")
 
 class PressureQueryError(Exception):
     """A query could not be answered: the message says which and why (no secrets)."""
-
-
-@dataclass(slots=True)
-class _Reading:
-    """The last value of one signal (``None``: its query returned no sample)."""
-
-    value: float | None = None
 
 
 class PressureLoop:
@@ -58,7 +50,8 @@ class PressureLoop:
             for s in spec.signals
         )
         self.controller = PressureController(self.signals, max_stage(models))
-        self.readings = {signal.name: _Reading() for signal in self.signals}
+        # The last value of each signal (``None``: no sample, or the poll failed).
+        self.readings: dict[str, float | None] = {signal.name: None for signal in self.signals}
         self.up = False
         self.polled = False
         self.error: str | None = None
@@ -84,14 +77,13 @@ class PressureLoop:
         except (PressureQueryError, aiohttp.ClientError, TimeoutError, OSError) as exc:
             self._failed(_describe(exc, self.spec.poll_timeout_s))
             return self.controller.observe(None)
-        for signal, value in zip(self.signals, values, strict=True):
-            self.readings[signal.name].value = value
+        self.readings = {s.name: value for s, value in zip(self.signals, values, strict=True)}
         if not self.up and self.polled:
             log.warning("pressure: Prometheus answers again; the pressure loop resumes")
         self.up, self.polled, self.error = True, True, None
         before = self.controller.stage
         stage = self.controller.observe(
-            {name: r.value for name, r in self.readings.items() if r.value is not None}
+            {name: value for name, value in self.readings.items() if value is not None}
         )
         if stage != before:
             log.info("pressure: stage %d -> %d", before, stage)
@@ -101,8 +93,7 @@ class PressureLoop:
         if self.up or not self.polled:
             log.warning("pressure: %s; admission is as configured until Prometheus answers", error)
         self.up, self.polled, self.error = False, True, error
-        for reading in self.readings.values():
-            reading.value = None
+        self.readings = dict.fromkeys(self.readings)
 
     async def _query(self, session: aiohttp.ClientSession, query: str) -> float | None:
         url = f"{self.spec.prometheus_url}/api/v1/query"
@@ -140,11 +131,11 @@ class PressureLoop:
                 {
                     "name": signal.name,
                     "query": spec.query,
-                    "value": self.readings[signal.name].value,
+                    "value": self.readings[signal.name],
                     "threshold": signal.threshold,
                     "clear_below": signal.clear_below,
                     "above": self.up
-                    and self.controller.above(signal, self.readings[signal.name].value or 0.0),
+                    and self.controller.above(signal, self.readings[signal.name] or 0.0),
                 }
                 for signal, spec in zip(self.signals, self.spec.signals, strict=True)
             ],

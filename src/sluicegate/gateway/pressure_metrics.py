@@ -42,7 +42,7 @@ class PressureGauges(Collector):
             labels=["signal"],
         )
         for spec in loop.signals:
-            value = loop.readings[spec.name].value
+            value = loop.readings[spec.name]
             if value is not None:
                 signal.add_metric([spec.name], value)
             threshold.add_metric([spec.name], spec.threshold)

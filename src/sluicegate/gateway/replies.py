@@ -57,11 +57,6 @@ def _engine_message(answer: dict[str, object]) -> tuple[str | None, object]:
     return (message if isinstance(message, str) else None), answer.get("type")
 
 
-def _client_fault(answer: dict[str, object]) -> bool:
-    message, _ = _engine_message(answer)
-    return message is not None and message.startswith(CLIENT_FAULT_500)
-
-
 def openai_error_body(status: int, answer: dict[str, object], body: bytes) -> bytes:
     """An engine's error ``body`` in OpenAI's shape (string ``code``, ``param``): as it is
     when already so, else rebuilt keeping the engine's message. llama-server's context
@@ -112,8 +107,10 @@ async def relay_answer(
         answer = orjson.loads(body)
     except orjson.JSONDecodeError:
         answer = None
-    if status == 500 and isinstance(answer, dict) and _client_fault(answer):
-        status = 400
+    if status == 500 and isinstance(answer, dict):
+        message, _ = _engine_message(answer)
+        if message is not None and message.startswith(CLIENT_FAULT_500):
+            status = 400
     if (status >= 500 and status != 501) or not isinstance(answer, dict):
         raise exchange.fail(GatewayError(502, "upstream_error", f"the engine answered {status}"))
     if status >= 400:
