@@ -16,3 +16,4 @@ _.should_exit  # uvicorn.Server, set to stop a test server
 _.teardown  # hypothesis RuleBasedStateMachine
 pytestmark  # pytest module marks
 run_once  # benchmarks/bench_core.py: called by name in a subprocess
+_.row_factory  # sqlite3.Connection: rows readable by column name

@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from sluicegate.batches.spec import BatchesSpec
 from sluicegate.config_pressure import PressureSpec
 from sluicegate.core.policies import policy_names, simulation_only_policies
 from sluicegate.core.spec import ModelSpec, SchedulerSpec, TenantSpec
@@ -162,6 +163,9 @@ class Config(BaseModel):
     pressure: PressureSpec | None = Field(
         None, description="tighten admission while Prometheus queries say the cluster is busy"
     )
+    batches: BatchesSpec | None = Field(
+        None, description="the durable batch lane (OpenAI Files and Batches APIs); off if unset"
+    )
     simulation: SimulationSpec = Field(default_factory=SimulationSpec)
 
     @field_validator("store", mode="before")
@@ -196,6 +200,8 @@ class Config(BaseModel):
         if len(set(names)) != len(names):
             raise ValueError(f"model names must be unique, got {names}")
         lanes = {lane.name for model in self.models for lane in model.lanes}
+        if self.batches is not None:
+            self._check_batches(self.batches, lanes)
         for tenant in self.tenants:
             unknown = set(tenant.allowed_lanes or ()) - lanes
             if unknown:
@@ -205,6 +211,22 @@ class Config(BaseModel):
                     f"tenant {tenant.name!r} has unknown default_lane {tenant.default_lane!r}"
                 )
         return self
+
+    def _check_batches(self, batches: BatchesSpec, lanes: set[str]) -> None:
+        if batches.lane not in lanes:
+            raise ValueError(
+                f"batches.lane: no model has a lane {batches.lane!r}; name one of {sorted(lanes)}"
+            )
+        if self.shared_store and batches.path is not None:
+            raise ValueError(
+                "batches.path: in distributed mode batch state lives in the shared store "
+                "(store:), so that every replica serves every batch; remove batches.path"
+            )
+        if not self.shared_store and batches.path is None:
+            raise ValueError(
+                "batches.path: the SQLite database that holds batch state is required "
+                "(e.g. /var/lib/sluicegate/batches.db)"
+            )
 
     def scheduler_spec(self) -> SchedulerSpec:
         """The part of the config the scheduler runs on."""

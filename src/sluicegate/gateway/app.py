@@ -19,6 +19,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from sluicegate.config import Config, ConfigError
+from sluicegate.gateway.batch_lane import BatchLane, batch_routes_off
 from sluicegate.gateway.clock import Clock, OffsetClock
 from sluicegate.gateway.dashboard import Dashboard
 from sluicegate.gateway.errors import error_response
@@ -51,14 +52,13 @@ class GatewayApp:
     """The gateway's ASGI app: inference POSTs go straight to their handlers, the rest to
     Starlette (routing and response objects cost ~15% of a request on the hot path)."""
 
-    def __init__(self, state: GatewayState, fallback: Starlette) -> None:
+    def __init__(
+        self, state: GatewayState, fallback: Starlette, inference: dict[str, InferenceHandler]
+    ) -> None:
         self.gateway = state
         self.state = fallback.state
         self._fallback = fallback
-        self._inference = {
-            PATHS[endpoint]: InferenceHandler(state, endpoint)
-            for endpoint in ("chat", "completions", "embeddings")
-        }
+        self._inference = inference
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Dispatch one ASGI event."""
@@ -99,6 +99,11 @@ def build_app(
     _check_servable(config)
     state = GatewayState(config, environ, clock=clock)
     ops = Ops(state)
+    inference = {
+        PATHS[endpoint]: InferenceHandler(state, endpoint)
+        for endpoint in ("chat", "completions", "embeddings")
+    }
+    batches = BatchLane.of(state, inference, ops.topology)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -115,9 +120,13 @@ def build_app(
             pressure = asyncio.create_task(state.pressure.run(state.upstream.session, apply))
         if isinstance(clock, OffsetClock):
             clock.watch(asyncio.get_running_loop(), state.driver.clock_jumped)
+        if batches is not None:
+            await batches.start()
         try:
             yield
         finally:
+            if batches is not None:
+                await batches.stop()
             if isinstance(clock, OffsetClock):
                 clock.unwatch(state.driver.clock_jumped)
             for task in (poller, pressure):
@@ -142,12 +151,14 @@ def build_app(
         Route("/admin/state", ops.admin_state, methods=["GET"]),
         Route("/admin/drain", ops.admin_drain, methods=["POST"]),
         *Dashboard(state).routes(),
+        *(batch_routes_off() if batches is None else batches.routes()),
     ]
     app = Starlette(
         routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error}
     )
     app.state.gateway = state
-    return GatewayApp(state, app)
+    app.state.batches = batches
+    return GatewayApp(state, app, inference)
 
 
 async def _not_allowed(request: Request) -> Response:

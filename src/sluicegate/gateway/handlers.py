@@ -38,6 +38,8 @@ PATHS: dict[Endpoint, str] = {
     "completions": "/v1/completions",
     "embeddings": "/v1/embeddings",
 }
+BATCH_TENANT = "sluicegate.batch_tenant"
+"""The scope key naming the tenant of a batch line run in-process (``batch_dispatch.py``)."""
 log = logging.getLogger("sluicegate.gateway")
 _ids = itertools.count(1)
 # Ticket ids double as the upstream X-Request-Id: 32 hex digits, which parse as a UUID
@@ -84,7 +86,8 @@ class InferenceHandler:
         state = self.state
         arrival = state.driver.now()
         head = RequestHead.of(scope)
-        tenant = self._tenant(head)
+        # A batch line run in-process names its tenant in the scope (no HTTP client can).
+        tenant = scope.get(BATCH_TENANT) or self._tenant(head)
         try:
             raw = await read_body(head, receive, state.config.server.max_body_bytes)
         except ClientDisconnect:

@@ -1,0 +1,8 @@
+"""The durable batch lane: OpenAI's Files and Batches APIs over the engines' idle capacity.
+
+``spec`` is the ``batches:`` config section, ``lines`` reads and checks the
+JSONL a batch is made of, ``objects`` shapes what the API answers, and
+``sqlite`` keeps every file, batch, line and result durably (DESIGN §20). The
+gateway serves the API (``gateway/batch_api.py``) and runs the lines
+(``gateway/batch_runner.py``).
+"""

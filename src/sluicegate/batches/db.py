@@ -1,0 +1,136 @@
+"""The SQLite database behind the batch lane: one file in WAL mode, every commit on disk.
+
+``synchronous=FULL`` makes each commit wait for the write-ahead log to reach the
+disk, so whatever the API answered 200 for, or a runner recorded, survives a
+``kill -9`` (and a power cut). Several gateway processes (``serve --workers``) open
+the same file; writers take turns, waiting up to ``BUSY_TIMEOUT_MS``.
+
+A ``Database`` is used from one thread at a time (the gateway gives it its own).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+BUSY_TIMEOUT_MS = 10_000
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS files (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    tenant TEXT NOT NULL,
+    purpose TEXT NOT NULL,
+    filename TEXT NOT NULL,
+    bytes INTEGER NOT NULL,
+    lines INTEGER NOT NULL,
+    created_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS file_lines (
+    file_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    text BLOB NOT NULL,
+    PRIMARY KEY (file_id, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS batches (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    tenant TEXT NOT NULL,
+    endpoint TEXT NOT NULL,
+    input_file_id TEXT NOT NULL,
+    completion_window TEXT NOT NULL,
+    lane TEXT NOT NULL,
+    status TEXT NOT NULL,
+    metadata TEXT,
+    errors TEXT,
+    total INTEGER NOT NULL DEFAULT 0,
+    output_file_id TEXT,
+    error_file_id TEXT,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL,
+    in_progress_at INTEGER,
+    finalizing_at INTEGER,
+    completed_at INTEGER,
+    failed_at INTEGER,
+    expired_at INTEGER,
+    cancelling_at INTEGER,
+    cancelled_at INTEGER
+);
+CREATE INDEX IF NOT EXISTS batches_by_tenant ON batches (tenant, seq);
+CREATE INDEX IF NOT EXISTS batches_by_status ON batches (status);
+CREATE TABLE IF NOT EXISTS lines (
+    batch_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    custom_id TEXT NOT NULL,
+    model TEXT NOT NULL,
+    body BLOB NOT NULL,
+    state TEXT NOT NULL DEFAULT 'pending',
+    owner TEXT,
+    lease_until REAL NOT NULL DEFAULT 0,
+    not_before REAL NOT NULL DEFAULT 0,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    preemptions INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (batch_id, idx)
+);
+CREATE INDEX IF NOT EXISTS lines_to_run ON lines (model, state, not_before);
+CREATE TABLE IF NOT EXISTS results (
+    batch_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    ok INTEGER NOT NULL,
+    text BLOB NOT NULL,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (batch_id, idx)
+) WITHOUT ROWID;
+"""
+
+
+class Database:
+    """A connection to the batch database at ``path``, created (with its schema) if new."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if self.path.parent and not self.path.parent.exists():
+            raise FileNotFoundError(f"batches.path: directory {self.path.parent} does not exist")
+        # isolation_level=None: transactions are opened explicitly (BEGIN IMMEDIATE).
+        self.conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
+        )
+        self.conn.row_factory = sqlite3.Row
+        self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if mode != "wal":
+            raise OSError(f"batches.path: {self.path} cannot use SQLite's WAL mode ({mode})")
+        self.conn.execute("PRAGMA synchronous = FULL")
+        self.conn.execute("PRAGMA foreign_keys = OFF")
+        with self.write():
+            version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise OSError(
+                    f"batches.path: {self.path} was written by a newer sluicegate "
+                    f"(schema {version}, this one knows {SCHEMA_VERSION})"
+                )
+            # executescript() would commit first; one statement at a time stays in the transaction.
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    self.conn.execute(statement)
+            self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: committed (on disk) when the block ends, rolled back on error."""
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close the connection (a checkpoint folds the log into the database file)."""
+        self.conn.close()

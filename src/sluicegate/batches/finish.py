@@ -1,0 +1,127 @@
+"""How a batch ends: its output and error files written from its results, in one commit.
+
+``in_progress`` with every line done → ``finalizing`` → ``completed``;
+``in_progress`` past ``expires_at`` → ``expired``; ``cancelling`` →
+``cancelled``. An expired or cancelled batch's unfinished lines become error
+lines (``batch_expired``, ``batch_cancelled``), so its files still hold exactly
+one line per ``custom_id``; a result that arrives later is ignored.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from sluicegate.batches.db import Database
+from sluicegate.batches.objects import error_line, new_id
+
+_ENDINGS = {
+    "expired": (
+        "expired_at",
+        "batch_expired",
+        "This request could not be executed before the completion window expired.",
+    ),
+    "cancelled": ("cancelled_at", "batch_cancelled", "The batch was cancelled."),
+}
+
+
+class Finisher:
+    """Ends the batches that are due; each ending is one committed transaction."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def finish_due(self, now: int) -> list[tuple[str, str]]:
+        """End every batch that is due now; the ``(batch id, new status)`` of each."""
+        conn = self.db.conn
+        ended: list[tuple[str, str]] = []
+        for (batch_id,) in conn.execute(
+            "SELECT id FROM batches WHERE status = 'cancelling'"
+        ).fetchall():
+            ended += self._stop(batch_id, "cancelling", "cancelled", now)
+        for (batch_id,) in conn.execute(
+            "SELECT id FROM batches WHERE status = 'in_progress' AND expires_at <= ?", (now,)
+        ).fetchall():
+            ended += self._stop(batch_id, "in_progress", "expired", now)
+        done = conn.execute(
+            "SELECT id FROM batches AS b WHERE status = 'finalizing' OR (status = 'in_progress'"
+            " AND NOT EXISTS (SELECT 1 FROM lines WHERE batch_id = b.id AND state != 'done'))"
+        ).fetchall()
+        for (batch_id,) in done:
+            ended += self._complete(batch_id, now)
+        return ended
+
+    def _stop(self, batch_id: str, was: str, status: str, now: int) -> list[tuple[str, str]]:
+        column, code, message = _ENDINGS[status]
+        with self.db.write() as conn:
+            if _status(conn, batch_id) != was:
+                return []
+            unfinished = conn.execute(
+                "SELECT idx, custom_id FROM lines WHERE batch_id = ? AND state != 'done'",
+                (batch_id,),
+            ).fetchall()
+            conn.executemany(
+                "INSERT OR IGNORE INTO results (batch_id, idx, ok, text) VALUES (?, ?, 0, ?)",
+                [
+                    (batch_id, idx, error_line(custom_id, code, message))
+                    for idx, custom_id in unfinished
+                ],
+            )
+            conn.execute(
+                "UPDATE lines SET state = 'done', owner = NULL WHERE batch_id = ?", (batch_id,)
+            )
+            self._write_files(conn, batch_id, now)
+            conn.execute(
+                f"UPDATE batches SET status = ?, {column} = ? WHERE id = ?", (status, now, batch_id)
+            )
+        return [(batch_id, status)]
+
+    def _complete(self, batch_id: str, now: int) -> list[tuple[str, str]]:
+        with self.db.write() as conn:
+            status = _status(conn, batch_id)
+            if status == "in_progress":
+                conn.execute(
+                    "UPDATE batches SET status = 'finalizing', finalizing_at = ? WHERE id = ?",
+                    (now, batch_id),
+                )
+            elif status != "finalizing":  # a crash between the two commits left it so
+                return []
+        with self.db.write() as conn:
+            if _status(conn, batch_id) != "finalizing":
+                return []
+            self._write_files(conn, batch_id, now)
+            conn.execute(
+                "UPDATE batches SET status = 'completed', completed_at = ? WHERE id = ?",
+                (now, batch_id),
+            )
+        return [(batch_id, "completed")]
+
+    def _write_files(self, conn: sqlite3.Connection, batch_id: str, now: int) -> None:
+        """The output file (answers) and error file (the rest) of a batch, from its results."""
+        tenant = conn.execute("SELECT tenant FROM batches WHERE id = ?", (batch_id,)).fetchone()[0]
+        for ok, column, purpose, name in (
+            (1, "output_file_id", "batch_output", "output"),
+            (0, "error_file_id", "batch_output", "errors"),
+        ):
+            file_id = new_id("file-")
+            copied = conn.execute(
+                "INSERT INTO file_lines (file_id, idx, text)"
+                " SELECT ?, ROW_NUMBER() OVER (ORDER BY idx) - 1, text FROM results"
+                " WHERE batch_id = ? AND ok = ?",
+                (file_id, batch_id, ok),
+            ).rowcount
+            if copied == 0:
+                continue
+            size = conn.execute(
+                "SELECT SUM(LENGTH(text) + 1) FROM file_lines WHERE file_id = ?", (file_id,)
+            ).fetchone()[0]
+            conn.execute(
+                "INSERT INTO files (id, tenant, purpose, filename, bytes, lines, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (file_id, tenant, purpose, f"{batch_id}_{name}.jsonl", size, copied, now),
+            )
+            conn.execute(f"UPDATE batches SET {column} = ? WHERE id = ?", (file_id, batch_id))
+
+
+def _status(conn: sqlite3.Connection, batch_id: str) -> str | None:
+    row = conn.execute("SELECT status FROM batches WHERE id = ?", (batch_id,)).fetchone()
+    return None if row is None else str(row[0])

@@ -1,0 +1,91 @@
+"""The ``batches:`` section of the config: where batch state lives and how lines run."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from sluicegate.core.ticket import MAX_PRIORITY, MIN_PRIORITY
+
+_WINDOW = re.compile(r"^([1-9][0-9]{0,6})([smhd])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def window_seconds(window: str) -> int | None:
+    """Seconds of a completion window such as ``24h``, ``30m`` or ``90s``; None if malformed."""
+    match = _WINDOW.match(window)
+    if match is None:
+        return None
+    return int(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+class BatchesSpec(BaseModel):
+    """The durable batch lane (``POST /v1/files``, ``/v1/batches``): off unless configured.
+
+    Every file, batch, line and result lives in one SQLite database (WAL) at
+    ``path``; an upload or a create is answered only after its write is on disk.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str | None = Field(
+        None,
+        min_length=1,
+        description="the SQLite database holding batch state; in distributed mode (a redis://"
+        " store) unset: state lives in the shared store",
+    )
+    lane: str = Field(
+        "best_effort",
+        min_length=1,
+        description="the lane lines run in unless a create asks for another with X-Sluicegate-Lane",
+    )
+    priority: int = Field(
+        MAX_PRIORITY,
+        ge=MIN_PRIORITY,
+        le=MAX_PRIORITY,
+        description="the priority lines run at (5, the least important, by default)",
+    )
+    max_file_bytes: int = Field(
+        200 * 1024 * 1024, ge=1024, le=4 * 1024**3, description="largest upload (413 above)"
+    )
+    max_lines: int = Field(50_000, ge=1, le=10_000_000, description="lines per input file")
+    max_line_bytes: int = Field(
+        1024 * 1024, ge=256, description="one request line at most (an error line above)"
+    )
+    max_inflight: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description="lines one gateway process runs at once per model; unset: the model's "
+        "max_concurrency",
+    )
+    max_completion_window: str = Field(
+        "24h", description="the longest completion_window a create may ask for"
+    )
+    lease_s: float = Field(
+        30.0,
+        ge=1.0,
+        le=3600.0,
+        description="a line claimed by a process that died runs again after this",
+    )
+    max_attempts: int = Field(
+        3, ge=1, le=100, description="engine failures (5xx) of one line before it is an error"
+    )
+    poll_interval_s: float = Field(
+        0.5, gt=0.0, le=60.0, description="how often the runner looks for new work"
+    )
+
+    @field_validator("max_completion_window")
+    @classmethod
+    def _window(cls, value: str) -> str:
+        if window_seconds(value) is None:
+            raise ValueError("a duration such as 24h, 90m or 3600s")
+        return value
+
+    @property
+    def max_window_s(self) -> int:
+        """``max_completion_window`` in seconds."""
+        seconds = window_seconds(self.max_completion_window)
+        assert seconds is not None
+        return seconds

@@ -1,0 +1,120 @@
+"""The batch lane in a gateway process: its database, API routes, runner and metrics.
+
+Built by ``build_app`` when the config has a ``batches:`` section; started and
+stopped with the app. Without one, ``/v1/files`` and ``/v1/batches`` answer 404
+``batches_disabled``, saying how to turn them on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+from sluicegate.batches.backend import BatchBackend
+from sluicegate.batches.sqlite_backend import SqliteBatches
+from sluicegate.config import Config, ConfigError
+from sluicegate.gateway.batch_api import BatchApi
+from sluicegate.gateway.batch_metrics import BatchProgress
+from sluicegate.gateway.batch_runner import BatchRunner
+from sluicegate.gateway.errors import error_response
+from sluicegate.gateway.siblings import WorkerTopology
+from sluicegate.gateway.state import GatewayState
+
+log = logging.getLogger("sluicegate.batches")
+
+
+def open_backend(config: Config) -> BatchBackend:
+    """Where ``config`` keeps batch state: its SQLite file, or (distributed mode) the shared
+    store."""
+    spec = config.batches
+    assert spec is not None
+    if config.shared_store:
+        raise ConfigError(
+            "batches: the batch lane in distributed mode (batch state in the shared store) "
+            "is not built yet; run it on a gateway with store: memory and batches.path"
+        )
+    assert spec.path is not None
+    return SqliteBatches(spec.path)
+
+
+class BatchLane:
+    """Everything the batch lane needs in one gateway process."""
+
+    def __init__(
+        self,
+        state: GatewayState,
+        inference: Mapping[str, ASGIApp],
+        topology: WorkerTopology | None,
+    ) -> None:
+        spec = state.config.batches
+        assert spec is not None
+        self.spec = spec
+        self.backend = open_backend(state.config)
+        self.api = BatchApi(state, spec, self.backend)
+        export = topology is None or topology.index == 0
+        self.progress = BatchProgress(state.metrics.registry, export_gauges=export)
+        self.runner = BatchRunner(state, spec, self.backend, inference, self.progress)
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        state: GatewayState,
+        inference: Mapping[str, ASGIApp],
+        topology: WorkerTopology | None,
+    ) -> BatchLane | None:
+        """The batch lane of ``state``'s config, or None when it has no ``batches:``."""
+        if state.config.batches is None:
+            return None
+        return cls(state, inference, topology)
+
+    def routes(self) -> list[Route]:
+        """The Files and Batches API routes."""
+        return self.api.routes()
+
+    async def start(self) -> None:
+        """Open the database and start the runner."""
+        await self.backend.open()
+        self._task = asyncio.create_task(self.runner.run())
+        log.info("batch lane running as %s", self.runner.owner)
+
+    async def stop(self) -> None:
+        """Stop the runner, hand its lines back, close the database."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            await self.runner.close()
+        await self.backend.close()
+
+
+async def _off(request: Request) -> Response:
+    return error_response(
+        404,
+        "batches_disabled",
+        "the Batch and Files APIs are off on this gateway; an operator turns them on with a "
+        "batches: section in the config (batches.path: the SQLite database)",
+    )
+
+
+def batch_routes_off() -> list[Route]:
+    """The routes a gateway without ``batches:`` answers on the batch paths."""
+    methods = ["GET", "POST", "DELETE"]
+    return [
+        Route(path, _off, methods=methods)
+        for path in (
+            "/v1/files",
+            "/v1/files/{file_id}",
+            "/v1/files/{file_id}/content",
+            "/v1/batches",
+            "/v1/batches/{batch_id}",
+            "/v1/batches/{batch_id}/cancel",
+        )
+    ]

@@ -1,0 +1,223 @@
+"""The batch runner: runs the lines of every batch in its lane, on capacity left idle.
+
+Each gateway process runs one. Every tick it records the lines that ended
+(one transaction for all of them), and claims new ones, for each model as many
+as its window has room for (``batches.max_inflight``, default the model's
+``max_concurrency``). Each claimed line runs as an in-process request of its
+batch's tenant, in its batch's lane, at ``batches.priority``
+(``batch_dispatch.py``), so it waits behind every other lane, borrows only idle
+capacity, is preempted first, and counts against its tenant's limits.
+
+Every ``poll_interval_s`` it also checks new batches, ends those that are done,
+expired or cancelled (``batches/finish.py``), stops its lines of batches that
+ended, and renews the leases of the lines it runs.
+
+What a line's answer means: 2xx, an output line; a preemption, or a refusal
+for now (429, 503), the line waits and runs again (not an attempt); an engine
+failure (5xx), another attempt after a backoff, an error line after
+``max_attempts``; any other 4xx, an error line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import orjson
+from starlette.types import ASGIApp
+
+from sluicegate.batches.backend import BatchBackend, Claim, Result, Retry
+from sluicegate.batches.lines import LineError, LineRequest, read_line
+from sluicegate.batches.objects import new_id, output_line
+from sluicegate.batches.spec import BatchesSpec
+from sluicegate.gateway.batch_dispatch import LineAnswer, LineCall
+from sluicegate.gateway.batch_metrics import BatchProgress
+from sluicegate.gateway.state import GatewayState
+
+log = logging.getLogger("sluicegate.batches")
+RETRY_LATER_S = 1.0
+"""How long a refused line waits when the refusal named no time."""
+MAX_BACKOFF_S = 60.0
+
+
+@dataclass(slots=True)
+class _Running:
+    claim: Claim
+    call: LineCall
+    task: asyncio.Task[None]
+
+
+class BatchRunner:
+    """Claims, runs and records the batch lines of one gateway process."""
+
+    def __init__(
+        self,
+        state: GatewayState,
+        spec: BatchesSpec,
+        backend: BatchBackend,
+        handlers: Mapping[str, ASGIApp],
+        progress: BatchProgress,
+    ) -> None:
+        self.state = state
+        self.spec = spec
+        self.backend = backend
+        self.progress = progress
+        self._handlers = handlers
+        self.owner = f"{socket.gethostname()}-{os.getpid()}-{new_id('')[:8]}"
+        self._windows = {
+            model.name: self.spec.max_inflight or model.max_concurrency
+            for model in state.config.models
+        }
+        self._running: dict[tuple[str, int], _Running] = {}
+        self._results: list[Result] = []
+        self._retries: list[Retry] = []
+        self._routes: dict[str, tuple[str, str, str]] = {}
+        self._wake = asyncio.Event()
+        self._next_chores = 0.0
+
+    def check_line(self, endpoint: str, lane: str, text: bytes) -> LineRequest | LineError:
+        """Check one input line of a batch for ``endpoint`` running in ``lane``."""
+
+        def problem(model_name: str) -> str | None:
+            model = self.state.models.get(model_name)
+            if model is None:
+                return f"model {model_name!r} does not exist"
+            if all(spec.name != lane for spec in model.lanes):
+                return f"model {model_name!r} has no lane {lane!r}"
+            return None
+
+        return read_line(text, endpoint, problem, self.spec.max_line_bytes)
+
+    async def run(self) -> None:
+        """Tick until cancelled; a failing tick (e.g. the disk) is logged and retried."""
+        while True:
+            try:
+                await self._tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("batch runner tick failed; retrying")
+                await asyncio.sleep(self.spec.poll_interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.spec.poll_interval_s)
+            self._wake.clear()
+
+    async def _tick(self) -> None:
+        now = time.time()
+        if now >= self._next_chores:
+            self._next_chores = now + self.spec.poll_interval_s
+            await self._chores(now)
+        await self._flush()
+        if self.state.scheduler.draining:
+            return
+        for model, window in self._windows.items():
+            free = window - sum(1 for r in self._running.values() if r.claim.model == model)
+            if free <= 0:
+                continue
+            claims = await self.backend.claim(
+                model, self.owner, free, time.time(), self.spec.lease_s
+            )
+            for claim in claims:
+                await self._start(claim)
+
+    async def _chores(self, now: float) -> None:
+        backend = self.backend
+        changed = await backend.validate_pending(self.check_line, int(now))
+        changed += await backend.finish_due(int(now))
+        for batch_id, status in changed:
+            log.info("batch %s is %s", batch_id, status)
+            if status != "in_progress":
+                self._routes.pop(batch_id, None)
+        if self._running:
+            ids = sorted({key[0] for key in self._running})
+            statuses = await backend.statuses(ids)
+            for key, running in list(self._running.items()):
+                if statuses.get(key[0]) != "in_progress":
+                    running.call.stop()
+            claims = [running.claim for running in self._running.values()]
+            await backend.renew(self.owner, claims, now + self.spec.lease_s)
+        self.progress.update(*await backend.progress())
+
+    async def _start(self, claim: Claim) -> None:
+        route = self._routes.get(claim.batch_id)
+        if route is None:
+            route = await self.backend.batch_route(claim.batch_id)
+            if route is None:
+                return
+            self._routes[claim.batch_id] = route
+        tenant, lane, endpoint = route
+        handler = self._handlers[endpoint]
+        call = LineCall(endpoint, claim.body, tenant, lane, self.spec.priority, new_id("req_"))
+        task = asyncio.create_task(self._serve(claim, call, handler))
+        self._running[(claim.batch_id, claim.idx)] = _Running(claim, call, task)
+
+    async def _serve(self, claim: Claim, call: LineCall, handler: ASGIApp) -> None:
+        try:
+            answer = await call.run(handler)
+        except Exception:
+            log.exception("batch %s line %d failed in the gateway", claim.batch_id, claim.idx)
+            answer = LineAnswer(500, b"{}", call.request_id, preempted=False, retry_after_s=None)
+        finally:
+            self._running.pop((claim.batch_id, claim.idx), None)
+            self._wake.set()
+        if answer is not None:
+            self._judge(claim, answer)
+
+    def _judge(self, claim: Claim, answer: LineAnswer) -> None:
+        """What the answer means for the line: a result, or another try later."""
+        now, status = time.time(), answer.status
+        model = claim.model
+        if answer.preempted or status in (429, 503):
+            wait = RETRY_LATER_S if answer.retry_after_s is None else answer.retry_after_s
+            self._retries.append(Retry(claim, now + wait, failed=False))
+            self.progress.ended(model, "preempted" if answer.preempted else "deferred")
+            return
+        if status >= 500 and claim.attempts + 1 < self.spec.max_attempts:
+            backoff = min(MAX_BACKOFF_S, 2.0**claim.attempts)
+            self._retries.append(Retry(claim, now + backoff, failed=True))
+            self.progress.ended(model, "retried")
+            return
+        ok = 200 <= status < 300
+        text = output_line(claim.custom_id, status, answer.request_id, answer.body)
+        prompt, completion = _usage(answer.body) if ok else (0, 0)
+        self._results.append(Result(claim.batch_id, claim.idx, ok, text, prompt, completion))
+        self.progress.ended(model, "completed" if ok else "failed")
+
+    async def _flush(self) -> None:
+        if not self._results and not self._retries:
+            return
+        results, retries = self._results, self._retries
+        self._results, self._retries = [], []
+        try:
+            await self.backend.record(results, retries, self.owner)
+        except BaseException:
+            self._results[:0], self._retries[:0] = results, retries
+            raise
+
+    async def close(self) -> None:
+        """Stop every line this process runs and hand it back (it runs again at once, here
+        or in another process), then record what ended."""
+        running = list(self._running.values())
+        for one in running:
+            one.call.stop()
+        if running:
+            await asyncio.gather(*(one.task for one in running), return_exceptions=True)
+        now = time.time()
+        for one in running:
+            self._retries.append(Retry(one.claim, now, failed=False))
+        await self._flush()
+
+
+def _usage(body: bytes) -> tuple[int, int]:
+    """(prompt, completion) tokens of an engine's answer; zeros if it reported none."""
+    try:
+        usage = orjson.loads(body).get("usage") or {}
+        return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+    except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+        return 0, 0
