@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from sluicegate.batch_cli import batch_app
 from sluicegate.config import ConfigError, load_config, redacted_store
 from sluicegate.store.errors import StoreUnavailableError
 
@@ -19,6 +20,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.add_typer(batch_app, name="batch")
 console = Console()
 err = Console(stderr=True)
 

@@ -104,6 +104,8 @@ def build_app(
         for endpoint in ("chat", "completions", "embeddings")
     }
     batches = BatchLane.of(state, inference, ops.topology)
+    if batches is not None:
+        ops.batch_progress = batches.progress
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -31,17 +31,21 @@ log = logging.getLogger("sluicegate.batches")
 
 
 def open_backend(config: Config) -> BatchBackend:
-    """Where ``config`` keeps batch state: its SQLite file, or (distributed mode) the shared
-    store."""
+    """Where ``config`` keeps batch state: its SQLite file, or (distributed mode, no
+    ``batches.path``) the shared store.
+
+    The path decides, not the store: the workers of ``serve --workers`` run on a private
+    store of the supervisor's and share the SQLite file (the config refuses a path beside a
+    configured shared store).
+    """
     spec = config.batches
     assert spec is not None
-    if config.shared_store:
-        raise ConfigError(
-            "batches: the batch lane in distributed mode (batch state in the shared store) "
-            "is not built yet; run it on a gateway with store: memory and batches.path"
-        )
-    assert spec.path is not None
-    return SqliteBatches(spec.path)
+    if spec.path is not None:
+        return SqliteBatches(spec.path)
+    raise ConfigError(
+        "batches: the batch lane in distributed mode (batch state in the shared store) "
+        "is not built yet; run it on a gateway with store: memory and batches.path"
+    )
 
 
 class BatchLane:

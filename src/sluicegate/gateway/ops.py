@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sluicegate.gateway.auth import admin_token, request_token
+from sluicegate.gateway.batch_metrics import BatchProgress
 from sluicegate.gateway.errors import GatewayError, error_response
 from sluicegate.gateway.siblings import (
     SiblingAnswer,
@@ -50,6 +51,7 @@ class Ops:
         self._created = int(time.time())
         openapi_document()  # parsed once, at start-up: a broken document fails here
         self.topology = topology_from_environ()
+        self.batch_progress: BatchProgress | None = None  # set when the batch lane is on
         if self.topology is not None and self.topology.drain_mark.exists():
             state.scheduler.drain()  # restarted after the gateway was drained
 
@@ -203,6 +205,7 @@ class Ops:
             "store": store,
             "pressure": None if pressure is None else pressure.status(),
             "models": models,
+            "batches": None if self.batch_progress is None else self.batch_progress.state(),
         }
         if self.topology is not None:
             answer = {"worker": self.topology.index, "pid": os.getpid(), **answer}
