@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator, Iterator
 from typing import IO, Any
 
 import orjson
-from starlette.datastructures import UploadFile
-from starlette.exceptions import HTTPException
+from starlette.datastructures import FormData, UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -140,9 +140,9 @@ class BatchApi:
 
         reader = Request(request.scope, counted)
         try:
-            form = await reader.form(max_files=1, max_fields=8, max_part_size=64 * 1024)
-        except HTTPException as exc:
-            raise GatewayError(400, "invalid_request", f"malformed upload: {exc.detail}") from None
+            form = await _read_form(reader)
+        except MultiPartException as exc:
+            raise GatewayError(400, "invalid_request", f"malformed upload: {exc.message}") from None
         except ClientDisconnect:
             return Response(status_code=400)
         try:
@@ -304,6 +304,25 @@ class BatchApi:
 
     async def _object(self, row: Any) -> dict[str, Any]:
         return batch_object(row, await self.backend.batch_counts(row["id"]))
+
+
+async def _read_form(request: Request) -> FormData:
+    """The multipart form of an upload (files spooled to disk above 1 MiB).
+
+    A body that ends inside the file part gives a form without it; Starlette then keeps
+    that part's temporary file open until the collector finds it, so it is closed here.
+    """
+    parser = MultiPartParser(
+        request.headers, request.stream(), max_files=1, max_fields=8, max_part_size=64 * 1024
+    )
+    try:
+        form = await parser.parse()
+    finally:
+        kept = {id(value.file) for _, value in parser.items if isinstance(value, UploadFile)}
+        for file in getattr(parser, "_files_to_close_on_error", []):
+            if id(file) not in kept:
+                file.close()
+    return form
 
 
 def _page(request: Request) -> tuple[str | None, int]:
