@@ -220,11 +220,6 @@ def test_a_repeated_custom_id_fails_the_batch(tmp_path: Path) -> None:
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="LineStore.validate checks custom_id repeats among runnable lines only, so a "
-    "malformed line sharing a good line's custom_id puts it in both files; reported to the lead",
-)
 def test_a_custom_id_shared_with_a_malformed_line_fails_the_batch(tmp_path: Path) -> None:
     """A malformed line (method GET) and a good line with one custom_id: the batch fails with
     ``duplicate_custom_id`` (else that custom_id would appear in both files)."""
@@ -389,11 +384,6 @@ def test_tenants_see_only_their_own(tmp_path: Path) -> None:
         assert len(file_lines(a, batch.output_file_id)) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BatchStore.listing and FileStore.listing look up the after id's seq without the "
-    "tenant, so another tenant's id works as a cursor (it exists, and when); reported",
-)
 def test_another_tenants_id_as_a_cursor_is_an_unknown_one(tmp_path: Path) -> None:
     """Tenant B listing ``after`` tenant A's batch or file id gets what an unknown id gets (an
     empty page), so B cannot learn that A's id exists or when it was created."""

@@ -73,8 +73,10 @@ class BatchStore:
         query = "SELECT * FROM batches WHERE tenant = ?"
         args: list[object] = [tenant]
         if after is not None:
-            query += " AND seq < COALESCE((SELECT seq FROM batches WHERE id = ?), -1)"
-            args.append(after)
+            query += (
+                " AND seq < COALESCE((SELECT seq FROM batches WHERE id = ? AND tenant = ?), -1)"
+            )
+            args += [after, tenant]
         query += " ORDER BY seq DESC LIMIT ?"
         args.append(limit + 1)
         rows = self.db.conn.execute(query, args).fetchall()

@@ -63,8 +63,8 @@ class FileStore:
             query += " AND purpose = ?"
             args.append(purpose)
         if after is not None:
-            query += " AND seq < COALESCE((SELECT seq FROM files WHERE id = ?), -1)"
-            args.append(after)
+            query += " AND seq < COALESCE((SELECT seq FROM files WHERE id = ? AND tenant = ?), -1)"
+            args += [after, tenant]
         query += " ORDER BY seq DESC LIMIT ?"
         args.append(limit + 1)
         rows = self.db.conn.execute(query, args).fetchall()

@@ -14,7 +14,7 @@ import sqlite3
 from sluicegate.batches.db import Database
 from sluicegate.batches.objects import error_line, new_id
 
-_ENDINGS = {
+ENDINGS = {
     "expired": (
         "expired_at",
         "batch_expired",
@@ -22,6 +22,7 @@ _ENDINGS = {
     ),
     "cancelled": ("cancelled_at", "batch_cancelled", "The batch was cancelled."),
 }
+"""Per way a batch stops: the column of its time, and the error its unfinished lines get."""
 
 
 class Finisher:
@@ -38,20 +39,21 @@ class Finisher:
             "SELECT id FROM batches WHERE status = 'cancelling'"
         ).fetchall():
             ended += self._stop(batch_id, "cancelling", "cancelled", now)
-        for (batch_id,) in conn.execute(
-            "SELECT id FROM batches WHERE status = 'in_progress' AND expires_at <= ?", (now,)
-        ).fetchall():
-            ended += self._stop(batch_id, "in_progress", "expired", now)
+        # every line answered: completed, even when the window ends in the same breath
         done = conn.execute(
             "SELECT id FROM batches AS b WHERE status = 'finalizing' OR (status = 'in_progress'"
             " AND NOT EXISTS (SELECT 1 FROM lines WHERE batch_id = b.id AND state != 'done'))"
         ).fetchall()
         for (batch_id,) in done:
             ended += self._complete(batch_id, now)
+        for (batch_id,) in conn.execute(
+            "SELECT id FROM batches WHERE status = 'in_progress' AND expires_at <= ?", (now,)
+        ).fetchall():
+            ended += self._stop(batch_id, "in_progress", "expired", now)
         return ended
 
     def _stop(self, batch_id: str, was: str, status: str, now: int) -> list[tuple[str, str]]:
-        column, code, message = _ENDINGS[status]
+        column, code, message = ENDINGS[status]
         with self.db.write() as conn:
             if _status(conn, batch_id) != was:
                 return []

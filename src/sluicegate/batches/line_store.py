@@ -51,6 +51,17 @@ class LineStore:
             for idx, (text,) in enumerate(rows):
                 total += 1
                 line = read(batch["endpoint"], batch["lane"], bytes(text))
+                # a custom_id names one line of one file, malformed or not
+                if line.custom_id is not None and line.custom_id in seen:
+                    return self._fail(
+                        batch_id,
+                        "duplicate_custom_id",
+                        f"custom_id {line.custom_id!r} appears more than once",
+                        idx + 1,
+                        now,
+                    )
+                if line.custom_id is not None:
+                    seen.add(line.custom_id)
                 if isinstance(line, LineError):
                     errors.append(
                         (batch_id, idx, 0, error_line(line.custom_id, line.code, line.message))
@@ -65,15 +76,6 @@ class LineStore:
                             }
                         )
                     continue
-                if line.custom_id in seen:
-                    return self._fail(
-                        batch_id,
-                        "duplicate_custom_id",
-                        f"custom_id {line.custom_id!r} appears more than once",
-                        idx + 1,
-                        now,
-                    )
-                seen.add(line.custom_id)
                 runnable.append((batch_id, idx, line.custom_id, line.model, line.body))
             if total == 0:
                 return self._fail(

@@ -18,8 +18,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from sluicegate.batches.backend import BatchBackend
+from sluicegate.batches.redis_backend import RedisBatches
 from sluicegate.batches.sqlite_backend import SqliteBatches
-from sluicegate.config import Config, ConfigError
+from sluicegate.config import Config
 from sluicegate.gateway.batch_api import BatchApi
 from sluicegate.gateway.batch_metrics import BatchProgress
 from sluicegate.gateway.batch_runner import BatchRunner
@@ -42,10 +43,7 @@ def open_backend(config: Config) -> BatchBackend:
     assert spec is not None
     if spec.path is not None:
         return SqliteBatches(spec.path)
-    raise ConfigError(
-        "batches: the batch lane in distributed mode (batch state in the shared store) "
-        "is not built yet; run it on a gateway with store: memory and batches.path"
-    )
+    return RedisBatches(config.store, prefix=config.distributed.key_prefix)
 
 
 class BatchLane:

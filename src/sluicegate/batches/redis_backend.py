@@ -1,0 +1,360 @@
+"""The distributed batch backend: batch state in the shared Redis of distributed mode.
+
+Any replica serves any file or batch and runs any line. Every key starts with
+``{<prefix>:batch}:`` (one hash tag, so each Lua script of ``redis_lua`` may
+touch any of them):
+
+- ``f:<id>`` a file's fields (a hash), ``fl:<id>`` its lines (a list),
+  ``files:<tenant>`` the tenant's files by creation (a sorted set); ``seq`` the
+  counter that orders files and batches;
+- ``b:<id>`` a batch's fields, ``batches:<tenant>`` the tenant's batches,
+  ``st:<status>`` the batches in each unfinished status, ``nstatus`` batches per
+  status, ``expiry`` running batches by ``expires_at``, ``full`` running batches
+  whose every line has a result, ``ending`` batches whose files are being written;
+- per batch, hashes from line index to its ``body``, ``cid`` (custom_id),
+  ``model``, ``att`` (failed attempts), ``own`` (the runner holding it) and
+  ``res`` (its result: ``1`` or ``0`` then the line of the output or error file),
+  and ``n:<id>`` its counters (completed, failed, tokens, lines per model and state);
+- per model, the lines that can run as sorted sets of ``<batch>|<index>``:
+  ``ready:<model>`` (by batch age, then index), ``delayed:<model>`` (by
+  ``not_before``) and ``leased:<model>`` (by the end of their lease).
+
+Leases are wall-clock times from the callers, as in the SQLite backend, so a
+replica that dies leaves lines that any other claims once their lease ends.
+Sorted sets rather than a Stream with a consumer group: a Stream's idle times
+run on Redis's clock, so they could honour neither ``claim``'s ``now`` and
+``lease_s`` nor ``renew``'s ``until`` (nor be tested in virtual time as the
+SQLite backend is), and each claim, result and retry must change the line's
+counters and its batch's state in the same script anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, cast
+
+import orjson
+import redis.asyncio as aioredis
+
+from sluicegate.batches import redis_lua
+from sluicegate.batches.backend import (
+    PAGE_LINES,
+    Claim,
+    Counts,
+    LineReader,
+    Progress,
+    Record,
+    Result,
+    Retry,
+)
+from sluicegate.batches.objects import STATUS_TIMES, new_id
+from sluicegate.batches.redis_lifecycle import RedisLifecycle, as_bytes, as_str
+
+CHUNK = 1000
+"""Lines written or read per round trip."""
+UPLOAD_TTL_S = 86_400
+"""An upload whose process died before it finished is deleted after this."""
+
+FILE_COLUMNS = ("seq", "id", "tenant", "purpose", "filename", "bytes", "lines", "created_at")
+_FILE_INTS = frozenset({"seq", "bytes", "lines", "created_at"})
+BATCH_COLUMNS = (
+    "seq",
+    "id",
+    "tenant",
+    "endpoint",
+    "input_file_id",
+    "completion_window",
+    "lane",
+    "status",
+    "metadata",
+    "errors",
+    "total",
+    "output_file_id",
+    "error_file_id",
+    "created_at",
+    "expires_at",
+    *STATUS_TIMES,
+)
+_BATCH_INTS = frozenset({"seq", "total", "created_at", "expires_at", *STATUS_TIMES})
+_UNFINISHED = ("in_progress", "finalizing", "cancelling")
+_STATES = {"q": "queued", "r": "running", "c": "completed", "f": "failed"}
+
+
+def _record(raw: dict[Any, Any], columns: tuple[str, ...], ints: frozenset[str]) -> Record:
+    fields = {as_str(key): value for key, value in raw.items()}
+    row: Record = {}
+    for name in columns:
+        value = fields.get(name)
+        if value is None:
+            row[name] = 0 if name == "total" else None
+        else:
+            row[name] = int(value) if name in ints else as_str(value)
+    return row
+
+
+def _take(lines: Iterator[bytes], count: int) -> list[bytes]:
+    return list(itertools.islice(lines, count))
+
+
+class RedisBatches:
+    """``BatchBackend`` in the Redis at ``url`` (redis://, rediss:// or unix://), under the
+    keys of ``prefix`` (``distributed.key_prefix``)."""
+
+    def __init__(self, url: str, *, prefix: str) -> None:
+        self.url = url
+        self.base = f"{{{prefix}:batch}}:"
+        self._client: aioredis.Redis | None = None
+        self._scripts: dict[str, Any] = {}
+        self._lifecycle: RedisLifecycle | None = None
+
+    @property
+    def _redis(self) -> aioredis.Redis:
+        if self._client is None:
+            raise RuntimeError("RedisBatches is not open")
+        return self._client
+
+    def _key(self, kind: str, name: str = "") -> str:
+        return f"{self.base}{kind}{name}"
+
+    async def _run(self, script: str, *args: object) -> Any:
+        return await self._scripts[script](keys=[self.base], args=list(args))
+
+    async def open(self) -> None:
+        """Connect, and check that Redis answers."""
+        client = aioredis.Redis.from_url(self.url)
+        await client.ping()
+        self._client = client
+        for name in ("CREATE", "DELETE_FILE", "CANCEL", "CLAIM", "RENEW", "RECORD"):
+            source = redis_lua.PRELUDE + redis_lua.SCRIPTS[name]
+            self._scripts[name] = client.register_script(source)
+        self._lifecycle = RedisLifecycle(client, self.base)
+
+    async def close(self) -> None:
+        """Disconnect."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def create_file(
+        self, tenant: str, purpose: str, filename: str, size: int, lines: Iterable[bytes], now: int
+    ) -> Record:
+        """See ``BatchBackend``: the lines go to a list that expires until the file exists."""
+        file_id = new_id("file-")
+        key = self._key("fl:", file_id)
+        source, count = iter(lines), 0
+        try:
+            while chunk := await asyncio.to_thread(_take, source, CHUNK):
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    pipe.rpush(key, *chunk)
+                    pipe.expire(key, UPLOAD_TTL_S)
+                    await pipe.execute()
+                count += len(chunk)
+        except BaseException:
+            await asyncio.shield(self._redis.unlink(key))
+            raise
+        row: Record = {
+            "id": file_id,
+            "tenant": tenant,
+            "purpose": purpose,
+            "filename": filename,
+            "bytes": size,
+            "lines": count,
+            "created_at": now,
+        }
+        fields = [str(part) for pair in row.items() for part in pair]
+        seq = await self._run("CREATE", "file", file_id, tenant, *fields)
+        return {"seq": int(seq), **row}
+
+    async def get_file(self, tenant: str, file_id: str) -> Record | None:
+        """See ``BatchBackend``."""
+        raw = await self._redis.hgetall(self._key("f:", file_id))
+        row = _record(raw, FILE_COLUMNS, _FILE_INTS) if raw else None
+        return row if row is not None and row["tenant"] == tenant else None
+
+    async def list_files(
+        self, tenant: str, purpose: str | None, after: str | None, limit: int
+    ) -> tuple[list[Record], bool]:
+        """See ``BatchBackend``."""
+        return await self._listing(
+            "files:", "f:", tenant, after, limit, lambda row: purpose in (None, row["purpose"])
+        )
+
+    async def file_page(self, file_id: str, start: int) -> list[bytes]:
+        """See ``BatchBackend``."""
+        lines = await self._redis.lrange(self._key("fl:", file_id), start, start + PAGE_LINES - 1)
+        return [as_bytes(line) for line in lines]
+
+    async def delete_file(self, tenant: str, file_id: str) -> bool:
+        """See ``BatchBackend``."""
+        return bool(await self._run("DELETE_FILE", file_id, tenant))
+
+    async def create_batch(
+        self,
+        tenant: str,
+        input_file_id: str,
+        endpoint: str,
+        window: str,
+        window_s: int,
+        lane: str,
+        metadata: dict[str, str] | None,
+        now: int,
+    ) -> Record:
+        """See ``BatchBackend``."""
+        batch_id = new_id("batch_")
+        row: Record = dict.fromkeys(BATCH_COLUMNS)
+        row.update(
+            id=batch_id,
+            tenant=tenant,
+            endpoint=endpoint,
+            input_file_id=input_file_id,
+            completion_window=window,
+            lane=lane,
+            status="validating",
+            metadata=None if metadata is None else orjson.dumps(metadata).decode(),
+            total=0,
+            created_at=now,
+            expires_at=now + window_s,
+        )
+        fields = [str(x) for k, v in row.items() if v is not None and k != "seq" for x in (k, v)]
+        row["seq"] = int(await self._run("CREATE", "batch", batch_id, tenant, *fields))
+        return row
+
+    async def get_batch(self, tenant: str, batch_id: str) -> Record | None:
+        """See ``BatchBackend``."""
+        raw = await self._redis.hgetall(self._key("b:", batch_id))
+        row = _record(raw, BATCH_COLUMNS, _BATCH_INTS) if raw else None
+        return row if row is not None and row["tenant"] == tenant else None
+
+    async def list_batches(
+        self, tenant: str, after: str | None, limit: int
+    ) -> tuple[list[Record], bool]:
+        """See ``BatchBackend``."""
+        return await self._listing("batches:", "b:", tenant, after, limit, lambda row: True)
+
+    async def _listing(
+        self,
+        index: str,
+        kind: str,
+        tenant: str,
+        after: str | None,
+        limit: int,
+        keep: Any,
+    ) -> tuple[list[Record], bool]:
+        """Rows of the tenant's ``index`` newest first, after ``after``, that ``keep``."""
+        columns, ints = (FILE_COLUMNS, _FILE_INTS) if kind == "f:" else (BATCH_COLUMNS, _BATCH_INTS)
+        top = "+inf"
+        if after is not None:
+            seq = await self._redis.zscore(self._key(index, tenant), after)
+            if seq is None:
+                return [], False
+            top = f"({int(seq)}"
+        found: list[Record] = []
+        while len(found) <= limit:
+            ids = await self._redis.zrevrangebyscore(
+                self._key(index, tenant), top, "-inf", start=0, num=CHUNK, withscores=True
+            )
+            if not ids:
+                break
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for item_id, _ in cast(list[tuple[bytes, float]], ids):
+                    pipe.hgetall(self._key(kind, as_str(item_id)))
+                raws = await pipe.execute()
+            for raw in raws:
+                if raw and keep(row := _record(raw, columns, ints)):
+                    found.append(row)
+            top = f"({int(ids[-1][1])}"
+        return found[:limit], len(found) > limit
+
+    async def cancel_batch(self, tenant: str, batch_id: str, now: int) -> Record | None:
+        """See ``BatchBackend``."""
+        if not await self._run("CANCEL", batch_id, tenant, now):
+            return None
+        return await self.get_batch(tenant, batch_id)
+
+    async def batch_counts(self, batch_id: str) -> Counts:
+        """See ``BatchBackend``."""
+        values = await self._redis.hmget(
+            self._key("n:", batch_id), ["completed", "failed", "prompt_tokens", "completion_tokens"]
+        )
+        return Counts(*(int(value or 0) for value in values))
+
+    async def validate_pending(self, read: LineReader, now: int) -> list[tuple[str, str]]:
+        """See ``BatchBackend`` (``redis_lifecycle``)."""
+        assert self._lifecycle is not None
+        return await self._lifecycle.validate_pending(read, now)
+
+    async def finish_due(self, now: int) -> list[tuple[str, str]]:
+        """See ``BatchBackend`` (``redis_lifecycle``)."""
+        assert self._lifecycle is not None
+        return await self._lifecycle.finish_due(now)
+
+    async def claim(
+        self, model: str, owner: str, limit: int, now: float, lease_s: float
+    ) -> list[Claim]:
+        """See ``BatchBackend``: lines whose lease ran out first, then new ones."""
+        if limit <= 0:
+            return []
+        rows = await self._run("CLAIM", model, owner, limit, repr(now), repr(now + lease_s))
+        return [
+            Claim(as_str(bid), int(idx), as_str(cid), model, as_bytes(body), int(att))
+            for bid, idx, cid, body, att in rows
+        ]
+
+    async def renew(self, owner: str, claims: Sequence[Claim], until: float) -> None:
+        """See ``BatchBackend``: only the lines ``owner`` still holds."""
+        if claims:
+            args = [part for c in claims for part in (c.model, c.batch_id, c.idx)]
+            await self._run("RENEW", owner, repr(until), *args)
+
+    async def record(self, results: Sequence[Result], retries: Sequence[Retry], owner: str) -> None:
+        """See ``BatchBackend``."""
+        if not results and not retries:
+            return
+        args: list[object] = [owner, len(results)]
+        for r in results:
+            args += [r.batch_id, r.idx, "1" if r.ok else "0", r.text]
+            args += [r.prompt_tokens, r.completion_tokens]
+        for retry in retries:
+            args += [retry.claim.batch_id, retry.claim.idx, repr(retry.not_before)]
+            args.append("1" if retry.failed else "0")
+        await self._run("RECORD", *args)
+
+    async def statuses(self, batch_ids: Sequence[str]) -> dict[str, str]:
+        """See ``BatchBackend``."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for batch_id in batch_ids:
+                pipe.hget(self._key("b:", batch_id), "status")
+            found = await pipe.execute()
+        return {bid: as_str(st) for bid, st in zip(batch_ids, found, strict=True) if st}
+
+    async def batch_route(self, batch_id: str) -> tuple[str, str, str] | None:
+        """See ``BatchBackend``."""
+        tenant, lane, endpoint = await self._redis.hmget(
+            self._key("b:", batch_id), ["tenant", "lane", "endpoint"]
+        )
+        if tenant is None or lane is None or endpoint is None:
+            return None
+        return as_str(tenant), as_str(lane), as_str(endpoint)
+
+    async def progress(self) -> Progress:
+        """See ``BatchBackend``: the counters of each unfinished batch, summed."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for status in _UNFINISHED:
+                pipe.zrange(self._key("st:", status), 0, -1)
+            ids = [bid for found in await pipe.execute() for bid in found]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for batch_id in ids:
+                pipe.hgetall(self._key("n:", as_str(batch_id)))
+            pipe.hgetall(self._key("nstatus"))
+            *counters, by_status = await pipe.execute()
+        lines: dict[tuple[str, str], int] = {}
+        for raw in counters:
+            for name, value in raw.items():
+                state, bar, model = as_str(name).partition("|")
+                if bar and int(value) > 0:
+                    key = (model, _STATES[state])
+                    lines[key] = lines.get(key, 0) + int(value)
+        batches = {as_str(st): int(n) for st, n in by_status.items() if int(n) > 0}
+        return lines, batches

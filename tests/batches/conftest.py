@@ -1,0 +1,95 @@
+"""Fixtures of the batch backend tests: each backend, opened on a fresh database."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from sluicegate.batches.backend import BatchBackend, Claim, Result
+from sluicegate.batches.lines import LineError, LineRequest, read_line
+from sluicegate.batches.objects import new_id
+from sluicegate.batches.redis_backend import RedisBatches
+from sluicegate.batches.sqlite_backend import SqliteBatches
+from tests.store.redis_server import REDIS_SERVER, RedisServer, running_redis
+
+BACKENDS = ("sqlite", "redis")
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    """A redis-server of the test module's own, on a free loopback port."""
+    if not os.path.exists(REDIS_SERVER):
+        pytest.skip(f"redis-server not installed ({REDIS_SERVER}); `make test` installs it")
+    with running_redis() as server:
+        yield server
+
+
+def make_backend(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> BatchBackend:
+    """A new, unopened backend of ``kind`` with nothing in it (a new file, or a new key prefix)."""
+    if kind == "sqlite":
+        return SqliteBatches(str(tmp_path / f"{new_id('b')}.db"))
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return RedisBatches(server.url, prefix=new_id("test"))
+
+
+@pytest.fixture(params=BACKENDS)
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BatchBackend]:
+    """Each backend in turn, open and empty."""
+    store = make_backend(request.param, tmp_path, request)
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+NOW = 1_700_000_000
+"""The wall-clock time the tests start at (they advance it themselves)."""
+LEASE_S = 30.0
+ENDPOINT = "/v1/chat/completions"
+MODELS = ("m1", "m2")
+
+
+def read(endpoint: str, lane: str, text: bytes) -> LineRequest | LineError:
+    """The ``LineReader`` of the tests: ``read_line`` knowing the models ``m1`` and ``m2``."""
+
+    def problem(model: str) -> str | None:
+        return None if model in MODELS else f"model {model!r} does not exist"
+
+    return read_line(text, endpoint, problem, 4096)
+
+
+def line(custom_id: str, model: str = "m1") -> bytes:
+    """One well-formed input line."""
+    body = {"model": model, "messages": [{"role": "user", "content": custom_id}]}
+    return orjson.dumps({"custom_id": custom_id, "method": "POST", "url": ENDPOINT, "body": body})
+
+
+async def new_batch(
+    backend: BatchBackend, lines: list[bytes], tenant: str = "t1", window_s: int = 3600
+) -> str:
+    """A ``validating`` batch of these input lines; its id."""
+    file = await backend.create_file(tenant, "batch", "in.jsonl", 100, lines, NOW)
+    batch = await backend.create_batch(
+        tenant, file["id"], ENDPOINT, f"{window_s}s", window_s, "best_effort", None, NOW
+    )
+    return str(batch["id"])
+
+
+async def content(backend: BatchBackend, file_id: str | None) -> list[bytes]:
+    """Every line of a file, page by page."""
+    assert file_id is not None
+    lines: list[bytes] = []
+    while page := await backend.file_page(file_id, len(lines)):
+        lines += page
+    return lines
+
+
+def answer(claim: Claim, ok: bool = True, prompt: int = 0, completion: int = 0) -> Result:
+    """A result of a claimed line whose text names the line."""
+    text = orjson.dumps({"custom_id": claim.custom_id, "ok": ok})
+    return Result(claim.batch_id, claim.idx, ok, text, prompt, completion)
