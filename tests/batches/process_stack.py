@@ -16,6 +16,7 @@ import signal
 import sqlite3
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -283,3 +284,19 @@ def custom_ids(
     text = client.files.content(file_id).read()
     parsed = [orjson.loads(line) for line in text.splitlines() if line.strip()]
     return [str(line["custom_id"]) for line in parsed], parsed
+
+
+def assert_exactly_once(
+    client_ids: list[str], output: list[str], errors: list[str]
+) -> tuple[int, int]:
+    """Every input custom_id appears exactly once across the output and error files, and
+    nothing else does; (duplicates, lost) as counted, both asserted zero."""
+    seen = Counter(output + errors)
+    duplicates = sum(count - 1 for count in seen.values() if count > 1)
+    lost = set(client_ids) - set(seen)
+    unknown = set(seen) - set(client_ids)
+    assert (duplicates, len(lost), len(unknown)) == (0, 0, 0), (
+        f"duplicates {duplicates} (e.g. {[i for i, c in seen.items() if c > 1][:5]}), "
+        f"lost {len(lost)} (e.g. {sorted(lost)[:5]}), unknown {sorted(unknown)[:5]}"
+    )
+    return duplicates, len(lost)

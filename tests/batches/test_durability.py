@@ -15,7 +15,6 @@ import os
 import random
 import signal
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Final
 
@@ -25,6 +24,7 @@ import pytest
 from tests.batches.process_stack import (
     BatchStack,
     StackSpec,
+    assert_exactly_once,
     chat_lines,
     custom_ids,
     running_stack,
@@ -43,22 +43,6 @@ KILL_SEED = int(os.environ.get("SLUICEGATE_KILL_SEED", "17"))
 LOAD = StackSpec(engines=2, preset="tiny", max_num_seqs=32, max_concurrency=64)
 LOAD_LINES = 5_000
 LOAD_TOKENS = 32
-
-
-def assert_exactly_once(
-    client_ids: list[str], output: list[str], errors: list[str]
-) -> tuple[int, int]:
-    """Every input custom_id appears exactly once across the output and error files, and
-    nothing else does; (duplicates, lost) as counted, both asserted zero."""
-    seen = Counter(output + errors)
-    duplicates = sum(count - 1 for count in seen.values() if count > 1)
-    lost = set(client_ids) - set(seen)
-    unknown = set(seen) - set(client_ids)
-    assert (duplicates, len(lost), len(unknown)) == (0, 0, 0), (
-        f"duplicates {duplicates} (e.g. {[i for i, c in seen.items() if c > 1][:5]}), "
-        f"lost {len(lost)} (e.g. {sorted(lost)[:5]}), unknown {sorted(unknown)[:5]}"
-    )
-    return duplicates, len(lost)
 
 
 def check_completed(stack: BatchStack, batch_id: str, lines: list[bytes]) -> None:

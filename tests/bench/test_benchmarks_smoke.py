@@ -216,3 +216,21 @@ def test_floor_smoke_measures_every_target_on_both_upstreams(tmp_path: Path) -> 
             assert cpu > 0, row
             ratio = number(row["× pass-through"])
             assert ratio == pytest.approx(cpu / floor[row["phase"]], abs=0.006), row
+
+
+@pytest.mark.slow
+def test_batch_yield_smoke_runs_both_phases_and_preempts(tmp_path: Path) -> None:
+    """One round: every interactive request of both phases succeeded, the batch was preempted
+    at least once to make room in phase B, and every TTFT figure is a finite number."""
+    _, text = run_smoke("bench_batch_yield.py", tmp_path)
+    body = section(text, "bench_batch_yield")
+    rows = {
+        row["round (seed)"]: row
+        for row in table(body, "Interactive burst alone (A) and with a saturating batch (B)")
+    }
+    assert set(rows) == {"1 (1)", "median of rounds", "all rounds pooled"}, rows
+    for row in rows.values():
+        assert row["failed A/B"] == "0/0", row
+        assert number(row["lines preempted"]) >= 1, row
+        for column in ("A TTFT p99 ms", "B TTFT p99 ms", "B/A TTFT p99"):
+            assert number(row[column]) > 0, row

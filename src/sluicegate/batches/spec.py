@@ -72,6 +72,13 @@ class BatchesSpec(BaseModel):
     max_attempts: int = Field(
         3, ge=1, le=100, description="engine failures (5xx) of one line before it is an error"
     )
+    yield_hold_s: float = Field(
+        5.0,
+        ge=0.0,
+        le=3600.0,
+        description="a preempted line keeps its place in the window empty this long, so the"
+        " batch gives slots back while interactive traffic lasts (0: refill at once)",
+    )
     poll_interval_s: float = Field(
         0.5, gt=0.0, le=60.0, description="how often the runner looks for new work"
     )

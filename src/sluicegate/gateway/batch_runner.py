@@ -75,6 +75,7 @@ class BatchRunner:
             for model in state.config.models
         }
         self._running: dict[tuple[str, int], _Running] = {}
+        self._held: dict[str, list[float]] = {model: [] for model in self._windows}
         self._results: list[Result] = []
         self._retries: list[Retry] = []
         self._routes: dict[str, tuple[str, str, str]] = {}
@@ -116,8 +117,12 @@ class BatchRunner:
         await self._flush()
         if self.state.scheduler.draining:
             return
+        now = time.time()
         for model, window in self._windows.items():
-            free = window - sum(1 for r in self._running.values() if r.claim.model == model)
+            held = self._held[model]
+            held[:] = [until for until in held if until > now]
+            running = sum(1 for r in self._running.values() if r.claim.model == model)
+            free = window - running - len(held)
             if free <= 0:
                 continue
             claims = await self.backend.claim(
@@ -173,6 +178,12 @@ class BatchRunner:
         """What the answer means for the line: a result, or another try later."""
         now, status = time.time(), answer.status
         model = claim.model
+        if answer.preempted and self.spec.yield_hold_s > 0:
+            # Without the hold, the line claimed into the preempted one's place takes the
+            # slot back as soon as an interactive request ends, and the next arrival must
+            # preempt again: every arrival pays an abort and the engine keeps a full batch
+            # beside it (benchmarks/bench_batch_yield.py).
+            self._held[model].append(now + self.spec.yield_hold_s)
         if answer.preempted or status in (429, 503):
             wait = RETRY_LATER_S if answer.retry_after_s is None else answer.retry_after_s
             self._retries.append(Retry(claim, now + wait, failed=False))
