@@ -25,7 +25,6 @@ from sluicegate.batches.backend import BatchBackend, Counts
 from sluicegate.batches.lines import ENDPOINTS
 from sluicegate.batches.objects import batch_object, file_object
 from sluicegate.batches.spec import BatchesSpec, window_seconds
-from sluicegate.gateway.auth import request_token
 from sluicegate.gateway.errors import GatewayError
 from sluicegate.gateway.state import GatewayState
 
@@ -94,23 +93,13 @@ class BatchApi:
     def _guard(self, endpoint: Any) -> Any:
         async def guarded(request: Request) -> Response:
             try:
-                tenant = self._tenant(request)
+                tenant = self.state.tenant_of(request.headers.getlist("authorization"))
                 response: Response = await endpoint(request, tenant)
                 return response
             except GatewayError as exc:
                 return exc.response()
 
         return guarded
-
-    def _tenant(self, request: Request) -> str:
-        state = self.state
-        if not state.auth_required:
-            return state.anonymous_tenant
-        token = request_token(request.headers)
-        tenant = state.keys.tenant(token) if token is not None else None
-        if tenant is None:
-            raise GatewayError(401, "invalid_api_key", "missing or unknown API key")
-        return tenant
 
     async def upload(self, request: Request, tenant: str) -> Response:
         """``POST /v1/files``: store a JSONL file of requests (``purpose: batch``)."""

@@ -22,7 +22,6 @@ from starlette.types import Receive, Scope, Send
 from sluicegate.core.ticket import Ticket, TicketId
 from sluicegate.gateway.admission import admission, submit
 from sluicegate.gateway.asgi import abort_connection, send_error
-from sluicegate.gateway.auth import only_bearer
 from sluicegate.gateway.body import RequestHead, read_body
 from sluicegate.gateway.classify import Endpoint, classify, estimate_prompt_tokens, parse_body
 from sluicegate.gateway.errors import GatewayError
@@ -72,22 +71,12 @@ class InferenceHandler:
         except GatewayError as exc:
             await send_error(send, exc)
 
-    def _tenant(self, head: RequestHead) -> str:
-        state = self.state
-        if not state.auth_required:
-            return state.anonymous_tenant
-        token = only_bearer(head.authorization)
-        tenant = state.keys.tenant(token) if token is not None else None
-        if tenant is None:
-            raise GatewayError(401, "invalid_api_key", "missing or unknown API key")
-        return tenant
-
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         state = self.state
         arrival = state.driver.now()
         head = RequestHead.of(scope)
         # A batch line run in-process names its tenant in the scope (no HTTP client can).
-        tenant = scope.get(BATCH_TENANT) or self._tenant(head)
+        tenant = scope.get(BATCH_TENANT) or state.tenant_of(head.authorization)
         try:
             raw = await read_body(head, receive, state.config.server.max_body_bytes)
         except ClientDisconnect:

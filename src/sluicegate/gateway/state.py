@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from sluicegate.config import Config
 from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.spec import ModelSpec, TenantSpec
 from sluicegate.core.ticket import BackendStats
-from sluicegate.gateway.auth import KeyRing
+from sluicegate.gateway.auth import KeyRing, only_bearer
 from sluicegate.gateway.clock import Clock, wall_anchored_clock
 from sluicegate.gateway.driver import SchedulerDriver
+from sluicegate.gateway.errors import GatewayError
 from sluicegate.gateway.metrics import GatewayMetrics
 from sluicegate.gateway.pressure import PressureLoop
 from sluicegate.gateway.pressure_metrics import PressureGauges
@@ -97,6 +98,17 @@ class GatewayState:
         if config.pressure is not None:
             self.pressure = PressureLoop(config.pressure, config.models, env)
             self.metrics.registry.register(PressureGauges(self.pressure, self.scheduler))
+
+    def tenant_of(self, authorization: Sequence[str]) -> str:
+        """The tenant a request's ``Authorization`` values name (the anonymous tenant when
+        the gateway runs open); ``GatewayError(401)`` for a missing, unknown or doubled key."""
+        if not self.auth_required:
+            return self.anonymous_tenant
+        token = only_bearer(authorization)
+        tenant = self.keys.tenant(token) if token is not None else None
+        if tenant is None:
+            raise GatewayError(401, "invalid_api_key", "missing or unknown API key")
+        return tenant
 
     def tenant_spec(self, tenant: str) -> TenantSpec:
         """The tenant's scheduling settings (defaults for the anonymous tenant)."""
