@@ -18,19 +18,13 @@ from typing import Any
 import openai
 import orjson
 from openai.types import Batch, FileObject
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
 
 from sluicegate.engine import EngineConfig
 from tests.gateway.gateway_harness import (
     MODEL,
     Reply,
     Stack,
-    gateway_at,
     openai_error,
-    serve_in_thread,
     stack,
 )
 
@@ -203,57 +197,3 @@ def chat_works(live: Stack, key: str = KEY_A) -> None:
     assert reply.choices[0].message.content is not None
     assert reply.usage is not None
     assert reply.usage.completion_tokens > 0
-
-
-EMBEDDING_DIM = 4
-
-
-def fake_embedding(text: str) -> list[float]:
-    """The embedding the embeddings engine answers for ``text`` (deterministic)."""
-    return [float(len(text)), float(sum(text.encode()) % 997), 1.0, float(EMBEDDING_DIM)]
-
-
-async def _embeddings(request: Request) -> Response:
-    body = orjson.loads(await request.body())
-    texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
-    tokens = sum(len(text.split()) for text in texts)
-    return JSONResponse(
-        {
-            "object": "list",
-            "model": body["model"],
-            "data": [
-                {"object": "embedding", "index": i, "embedding": fake_embedding(text)}
-                for i, text in enumerate(texts)
-            ],
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        }
-    )
-
-
-async def _models(request: Request) -> Response:
-    return JSONResponse({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
-
-
-async def _health(request: Request) -> Response:
-    return PlainTextResponse("")
-
-
-def embeddings_engine() -> Starlette:
-    """A minimal engine serving ``/v1/embeddings`` (the emulator serves none)."""
-    return Starlette(
-        routes=[
-            Route(EMBEDDINGS, _embeddings, methods=["POST"]),
-            Route("/v1/models", _models, methods=["GET"]),
-            Route("/health", _health, methods=["GET"]),
-            Route("/metrics", _health, methods=["GET"]),
-        ]
-    )
-
-
-@contextmanager
-def embeddings_stack(tmp_path: Path) -> Iterator[Stack]:
-    """A gateway with the batch lane in front of ``embeddings_engine``."""
-    with serve_in_thread(embeddings_engine()) as port:
-        body = TENANTS + batches_section(tmp_path / "batches.db")
-        with gateway_at([port], body, environ=ENVIRON, scrape=False) as live:
-            yield live

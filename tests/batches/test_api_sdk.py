@@ -9,12 +9,14 @@ as their tenant in their lane.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
+from sluicegate.emulator.embeddings import vector
 from tests.batches.batch_harness import (
     CHAT,
     COMPLETIONS,
@@ -28,8 +30,6 @@ from tests.batches.batch_harness import (
     client,
     completion_line,
     embedding_line,
-    embeddings_stack,
-    fake_embedding,
     file_lines,
     refusal,
     start_batch,
@@ -83,14 +83,11 @@ def _check_round_trip(sdk: openai.OpenAI, endpoint: str) -> None:
         assert body["object"] == ANSWER_OBJECT[endpoint]
         usage = body["usage"]
         if endpoint == EMBEDDINGS:
+            text = f"question number {i}"
             assert body["data"] == [
-                {
-                    "object": "embedding",
-                    "index": 0,
-                    "embedding": fake_embedding(f"question number {i}"),
-                }
+                {"object": "embedding", "index": 0, "embedding": vector(text.encode(), 16)}
             ]
-            assert usage["prompt_tokens"] == 3
+            assert usage["prompt_tokens"] == math.ceil(len(text) / 4)
         else:
             assert body["model"] == MODEL
             assert len(body["choices"]) == 1
@@ -139,9 +136,9 @@ def test_round_trip_through_the_sdk(tmp_path: Path, endpoint: str) -> None:
 
 
 def test_round_trip_of_embeddings(tmp_path: Path) -> None:
-    """An embeddings batch in front of an engine that serves embeddings: every line answered
-    with the engine's vectors and usage."""
-    with embeddings_stack(tmp_path) as live:
+    """An embeddings batch in front of the emulator: every line answered with the engine's
+    vectors and usage."""
+    with batch_stack(tmp_path) as live:
         _check_round_trip(client(live), EMBEDDINGS)
 
 

@@ -1,8 +1,8 @@
 """The emulator's HTTP face: an OpenAI-compatible API over the real-time engine.
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``,
-``GET /v1/models``, ``GET /health``, ``GET /metrics`` (vLLM names) and
-``GET /emulator/stats`` (JSON, for tests and demos).
+``POST /v1/embeddings`` (``embeddings.py``), ``GET /v1/models``, ``GET /health``,
+``GET /metrics`` (vLLM names) and ``GET /emulator/stats`` (JSON, for tests and demos).
 
 Prompt size: there is no tokenizer, so a prompt of ``c`` characters counts as
 ``max(1, ceil(c / 4))`` tokens (OpenAI's rule of thumb for English); for chat,
@@ -29,10 +29,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from sluicegate.emulator.embeddings import embeddings_body, parse_embeddings
 from sluicegate.emulator.metrics import CONTENT_TYPE, EmulatorMetrics
 from sluicegate.emulator.protocol import (
     ApiError,
-    CompletionRequest,
     OpenAIShape,
     error_body,
     parse_request,
@@ -132,6 +132,38 @@ class _EmulatorApi:
         """``POST /v1/completions``."""
         return await self._complete(request, chat=False)
 
+    async def embeddings(self, request: Request) -> Response:
+        """``POST /v1/embeddings``: each input a prefill-only request in the engine
+        (``embeddings.py``)."""
+        streams: list[RequestStream] = []
+        try:
+            inputs, dims = parse_embeddings(await request.body(), self._model)
+            base = self._request_id(request)
+            for i, (_, tokens) in enumerate(inputs):
+                streams.append(self._submit(f"{base}-{i}", tokens, 1, param="input"))
+        except ApiError as exc:
+            for stream in streams:
+                self._runner.abort(stream.req_id)
+            return _json(error_body(exc), exc.status)
+
+        def abort_all() -> None:
+            for stream in streams:
+                self._runner.abort(stream.req_id)
+
+        watcher = asyncio.create_task(_on_disconnect(request.receive, abort_all))
+        try:
+            for stream in streams:
+                while not isinstance(event := await stream.next_event(), Finish):
+                    pass
+                if event.reason is FinishReason.ABORT:
+                    return Response(status_code=499)
+        finally:
+            watcher.cancel()
+            abort_all()
+        prompt = sum(stream.prompt_tokens for stream in streams)
+        body = embeddings_body(self._model, [key for key, _ in inputs], dims, prompt)
+        return Response(body, media_type="application/json")
+
     async def models(self, request: Request) -> Response:
         """``GET /v1/models``: the one served model."""
         card = {
@@ -156,7 +188,13 @@ class _EmulatorApi:
         try:
             parsed = parse_request(await request.body(), chat=chat, model=self._model)
             req_id = self._request_id(request)
-            stream = self._submit(req_id, parsed, chat=chat)
+            stream = self._submit(
+                req_id,
+                parsed.prompt_tokens,
+                parsed.max_tokens,
+                ignore_eos=parsed.ignore_eos,
+                param="messages" if chat else "prompt",
+            )
         except ApiError as exc:
             return _json(error_body(exc), exc.status)
         shape = OpenAIShape(
@@ -181,14 +219,19 @@ class _EmulatorApi:
         self._next_id += 1
         return f"{self._next_id:012d}"
 
-    def _submit(self, req_id: str, parsed: CompletionRequest, *, chat: bool) -> RequestStream:
+    def _submit(
+        self,
+        req_id: str,
+        prompt_tokens: int,
+        max_tokens: int,
+        *,
+        ignore_eos: bool = True,
+        param: str,
+    ) -> RequestStream:
         try:
-            return self._runner.submit(
-                req_id, parsed.prompt_tokens, parsed.max_tokens, ignore_eos=parsed.ignore_eos
-            )
+            return self._runner.submit(req_id, prompt_tokens, max_tokens, ignore_eos=ignore_eos)
         except ValueError as exc:
             message = f"This request is too long for the emulated engine: {exc}"
-            param = "messages" if chat else "prompt"
             raise ApiError(400, message, "context_length_exceeded", param) from exc
 
     async def _collect(
@@ -235,6 +278,7 @@ def build_app(config: EngineConfig, *, model: str, seed: int = 0) -> Starlette:
     routes = [
         Route("/v1/chat/completions", api.chat_completions, methods=["POST"]),
         Route("/v1/completions", api.completions, methods=["POST"]),
+        Route("/v1/embeddings", api.embeddings, methods=["POST"]),
         Route("/v1/models", api.models, methods=["GET"]),
         Route("/health", api.health, methods=["GET"]),
         Route("/metrics", api.metrics, methods=["GET"]),
