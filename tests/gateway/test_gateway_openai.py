@@ -125,21 +125,23 @@ def test_models_lists_the_configured_model(client: openai.OpenAI) -> None:
     assert all(m.object == "model" for m in models.data)
 
 
-def test_embeddings_the_engine_lacks_is_an_openai_shaped_502(client: openai.OpenAI) -> None:
-    """The emulator serves no ``/v1/embeddings``: the gateway answers 502 ``upstream_error``
-    in OpenAI's error shape, which the SDK raises as a server error."""
-    with pytest.raises(openai.InternalServerError) as caught:
-        client.embeddings.create(model=MODEL, input="embed me")
-    assert caught.value.status_code == 502
-    assert isinstance(caught.value.body, dict)
-    assert caught.value.body["code"] == "upstream_error"
+def test_embeddings_are_scheduled_and_relayed(client: openai.OpenAI) -> None:
+    """An embeddings request through the gateway gets the engine's vectors (the emulator's:
+    16 numbers) and usage, and its response carries the gateway's lane header."""
+    raw = client.embeddings.with_raw_response.create(model=MODEL, input=["embed me", "and me"])
+    reply = raw.parse()
+    assert [item.index for item in reply.data] == [0, 1]
+    assert all(len(item.embedding) == 16 for item in reply.data)
+    assert reply.usage.prompt_tokens == 2 + 2
+    assert raw.headers["X-Sluicegate-Lane"] == "interactive"
 
 
-def test_embeddings_error_body_has_exactly_the_openai_fields(gateway: Stack) -> None:
-    """The 502 body is ``{"error": {message, type, code, param}}`` and nothing else."""
-    reply = http_call(
-        gateway.base_url, "POST", "/v1/embeddings", json={"model": MODEL, "input": "x"}, key=KEY
-    )
-    assert reply.status == 502
+def test_an_engines_embeddings_refusal_has_exactly_the_openai_fields(gateway: Stack) -> None:
+    """The engine's 400 for a bad ``dimensions`` is relayed with its status as
+    ``{"error": {message, type, code, param}}`` and nothing else."""
+    body = {"model": MODEL, "input": "x", "dimensions": 0}
+    reply = http_call(gateway.base_url, "POST", "/v1/embeddings", json=body, key=KEY)
+    assert reply.status == 400
     error = openai_error(reply)
-    assert (error["type"], error["code"]) == ("api_error", "upstream_error")
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] == "dimensions"

@@ -11,6 +11,8 @@ in a proxy; the gateway never reads keys from there, so that case is not tested.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.gateway.gateway_harness import ADMIN_KEY, MODEL, Reply, http_call, stack
@@ -23,7 +25,9 @@ BODY = """    lanes:
 tenants:
   - {name: a, api_key_env: KEY_A, allowed_lanes: [interactive]}
 server: {max_body_bytes: 4096}
+batches: {path: %s, lane: interactive, poll_interval_s: 0.1}
 """
+BOUNDARY = "canaryboundary"
 CHAT = "/v1/chat/completions"
 GOOD = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
 SECRETS = (CANARY, ADMIN_KEY)
@@ -54,7 +58,27 @@ def _calls(base_url: str, port: int) -> list[tuple[str, int, bytes, dict[str, st
     )
     long_prompt = {"model": MODEL, "prompt": "x" * 3000, "max_tokens": 100_000_000}
     call("engine-400", "POST", "/v1/completions", json=long_prompt, key=CANARY)
-    call("engine-502", "POST", "/v1/embeddings", json={"model": MODEL, "input": "x"}, key=CANARY)
+    bad_embedding = {"model": MODEL, "input": "x", "dimensions": 0}
+    call("engine-400-embeddings", "POST", "/v1/embeddings", json=bad_embedding, key=CANARY)
+    line = b'{"custom_id": "c", "method": "POST", "url": "/v1/chat/completions", "body": {}}'
+    upload = (
+        (
+            f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+            f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="in.jsonl"\r\n'
+            "Content-Type: application/jsonl\r\n\r\n"
+        ).encode()
+        + line
+        + f"\r\n--{BOUNDARY}--\r\n".encode()
+    )
+    multipart = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
+    call("batch-upload", "POST", "/v1/files", body=upload, key=CANARY, headers=multipart)
+    call("batch-upload-not-multipart", "POST", "/v1/files", body=b"x", key=CANARY)
+    call("batch-upload-no-key", "POST", "/v1/files", body=upload, headers=multipart)
+    create = {"input_file_id": "file-nope", "endpoint": CHAT, "completion_window": "24h"}
+    call("batch-create-unknown-file", "POST", "/v1/batches", json=create, key=CANARY)
+    call("batch-unknown", "GET", "/v1/batches/batch_nope", key=CANARY)
+    call("batch-list", "GET", "/v1/batches", key=CANARY)
+    call("batch-list-admin-key", "GET", "/v1/batches", key=ADMIN_KEY)
     call("admin-key-as-tenant", "POST", CHAT, json=GOOD, key=ADMIN_KEY)
     call("canary-plus-suffix", "POST", CHAT, json=GOOD, key=CANARY + "x")
     call(
@@ -86,10 +110,13 @@ def _calls(base_url: str, port: int) -> list[tuple[str, int, bytes, dict[str, st
     return out
 
 
-def test_keys_never_appear_in_logs_answers_or_metrics(capfd: pytest.CaptureFixture[str]) -> None:
-    """Across ~30 requests (served, refused at every stage, malformed, engine errors, admin)
-    neither key appears anywhere the gateway writes; the capture itself is shown to work."""
-    with stack(BODY, environ={"KEY_A": CANARY}) as gateway:
+def test_keys_never_appear_in_logs_answers_or_metrics(
+    capfd: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Across ~40 requests (served, refused at every stage, malformed, engine errors, the
+    batch API, admin) neither key appears anywhere the gateway writes; the capture itself is
+    shown to work."""
+    with stack(BODY % (tmp_path / "batches.db"), environ={"KEY_A": CANARY}) as gateway:
         with capture_server_logs() as logs:
             calls = _calls(gateway.base_url, gateway.gateway_port)
             metrics = http_call(gateway.base_url, "GET", "/metrics").body.decode()
@@ -102,7 +129,10 @@ def test_keys_never_appear_in_logs_answers_or_metrics(capfd: pytest.CaptureFixtu
     assert statuses["bad-json"] == statuses["bad-max-tokens"] == statuses["bad-priority"] == 400
     expected = {
         "unknown-model": 404, "lane-403": 403, "too-large": 413, "not-json-type": 415,
-        "engine-400": 400, "engine-502": 502, "cr-in-header": 400, "huge-headers": 431,
+        "engine-400": 400, "engine-400-embeddings": 400, "cr-in-header": 400, "huge-headers": 431,
+        "batch-upload": 200, "batch-upload-not-multipart": 415, "batch-upload-no-key": 401,
+        "batch-create-unknown-file": 404, "batch-unknown": 404, "batch-list": 200,
+        "batch-list-admin-key": 401,
         "draining-503": 503, "unknown-path": 404, "wrong-method": 405,
     }  # fmt: skip
     assert {label: statuses[label] for label in expected} == expected

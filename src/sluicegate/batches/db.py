@@ -73,9 +73,11 @@ CREATE TABLE IF NOT EXISTS lines (
     not_before REAL NOT NULL DEFAULT 0,
     attempts INTEGER NOT NULL DEFAULT 0,
     preemptions INTEGER NOT NULL DEFAULT 0,
+    batch_seq INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (batch_id, idx)
 );
-CREATE INDEX IF NOT EXISTS lines_to_run ON lines (model, state, not_before);
+CREATE INDEX IF NOT EXISTS lines_to_run ON lines (model, state, batch_seq, idx);
+CREATE INDEX IF NOT EXISTS lines_owned ON lines (owner) WHERE owner IS NOT NULL;
 CREATE TABLE IF NOT EXISTS results (
     batch_id TEXT NOT NULL,
     idx INTEGER NOT NULL,

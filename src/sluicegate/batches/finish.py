@@ -42,7 +42,8 @@ class Finisher:
         # every line answered: completed, even when the window ends in the same breath
         done = conn.execute(
             "SELECT id FROM batches AS b WHERE status = 'finalizing' OR (status = 'in_progress'"
-            " AND NOT EXISTS (SELECT 1 FROM lines WHERE batch_id = b.id AND state != 'done'))"
+            " AND NOT EXISTS (SELECT 1 FROM lines WHERE batch_id = b.id"
+            " AND state IN ('pending', 'running')))"
         ).fetchall()
         for (batch_id,) in done:
             ended += self._complete(batch_id, now)
@@ -58,7 +59,8 @@ class Finisher:
             if _status(conn, batch_id) != was:
                 return []
             unfinished = conn.execute(
-                "SELECT idx, custom_id FROM lines WHERE batch_id = ? AND state != 'done'",
+                "SELECT idx, custom_id FROM lines"
+                " WHERE batch_id = ? AND state IN ('pending', 'running')",
                 (batch_id,),
             ).fetchall()
             conn.executemany(
@@ -67,9 +69,6 @@ class Finisher:
                     (batch_id, idx, error_line(custom_id, code, message))
                     for idx, custom_id in unfinished
                 ],
-            )
-            conn.execute(
-                "UPDATE lines SET state = 'done', owner = NULL WHERE batch_id = ?", (batch_id,)
             )
             self._write_files(conn, batch_id, now)
             conn.execute(
@@ -98,7 +97,8 @@ class Finisher:
         return [(batch_id, "completed")]
 
     def _write_files(self, conn: sqlite3.Connection, batch_id: str, now: int) -> None:
-        """The output file (answers) and error file (the rest) of a batch, from its results."""
+        """The output file (answers) and error file (the rest) of a batch, from its results;
+        its line rows are dropped."""
         tenant = conn.execute("SELECT tenant FROM batches WHERE id = ?", (batch_id,)).fetchone()[0]
         for ok, column, purpose, name in (
             (1, "output_file_id", "batch_output", "output"),
@@ -122,6 +122,9 @@ class Finisher:
                 (file_id, tenant, purpose, f"{batch_id}_{name}.jsonl", size, copied, now),
             )
             conn.execute(f"UPDATE batches SET {column} = ? WHERE id = ?", (file_id, batch_id))
+        # An ended batch's results are all its lines were for: the line rows (copies of the
+        # input) go, so the lines table holds only batches still running.
+        conn.execute("DELETE FROM lines WHERE batch_id = ?", (batch_id,))
 
 
 def _status(conn: sqlite3.Connection, batch_id: str) -> str | None:

@@ -1,11 +1,11 @@
 """The runner's side of the batch database: check a batch's lines, claim them, record results.
 
 A line is ``pending``, ``running`` (claimed by one gateway process until
-``lease_until``, which that process renews) or ``done`` (its result is in
-``results``). A claim whose lease ran out, because its process died, is
-claimable again: the line runs again, and ``results`` keeps the first answer
-recorded for it (``INSERT OR IGNORE`` on the line's key), so every line has
-exactly one.
+``lease_until``, which that process renews), or ``completed``/``failed`` (its
+result is in ``results``); the rows of a batch go when it ends. A claim whose
+lease ran out, because its process died, is claimable again: the line runs
+again, and ``results`` keeps the first answer recorded for it (``INSERT OR
+IGNORE`` on the line's key), so every line has exactly one.
 """
 
 from __future__ import annotations
@@ -18,6 +18,12 @@ from sluicegate.batches.backend import MAX_REPORTED_ERRORS, Claim, LineReader, R
 from sluicegate.batches.db import Database
 from sluicegate.batches.lines import LineError
 from sluicegate.batches.objects import error_line
+
+_RUNNABLE = (
+    "SELECT l.rowid FROM lines AS l JOIN batches AS b ON b.id = l.batch_id"
+    " WHERE l.model = ? AND l.state = '{state}' AND {when} AND b.status = 'in_progress'"
+    " ORDER BY l.batch_seq, l.idx LIMIT ?"
+)
 
 
 class LineStore:
@@ -34,7 +40,7 @@ class LineStore:
         conn = self.db.conn
         with self.db.write():
             batch = conn.execute(
-                "SELECT endpoint, lane, input_file_id, status FROM batches WHERE id = ?",
+                "SELECT seq, endpoint, lane, input_file_id, status FROM batches WHERE id = ?",
                 (batch_id,),
             ).fetchone()
             if batch is None or batch["status"] != "validating":
@@ -84,8 +90,9 @@ class LineStore:
             if not runnable:
                 return self._fail_many(batch_id, problems, now)
             conn.executemany(
-                "INSERT INTO lines (batch_id, idx, custom_id, model, body) VALUES (?, ?, ?, ?, ?)",
-                runnable,
+                "INSERT INTO lines (batch_id, idx, custom_id, model, body, batch_seq)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [(*row, batch["seq"]) for row in runnable],
             )
             conn.executemany(
                 "INSERT INTO results (batch_id, idx, ok, text) VALUES (?, ?, ?, ?)", errors
@@ -110,20 +117,41 @@ class LineStore:
         return "failed"
 
     def claim(self, model: str, owner: str, limit: int, now: float, lease_s: float) -> list[Claim]:
-        """Up to ``limit`` runnable lines of ``model`` (oldest batch first), now this owner's."""
+        """Up to ``limit`` runnable lines of ``model``, now this owner's: first lines whose
+        lease ran out (their process died), then pending ones, oldest batch first.
+
+        Both walk the ``lines_to_run`` index in (batch, line) order and stop at ``limit``,
+        so a claim costs the lines it takes (plus retried lines still waiting), not the
+        batch's size.
+        """
         with self.db.write() as conn:
+            rowids = [
+                row[0]
+                for row in conn.execute(
+                    _RUNNABLE.format(state="running", when="l.lease_until < ?"),
+                    (model, now, limit),
+                )
+            ]
+            if len(rowids) < limit:
+                rowids += [
+                    row[0]
+                    for row in conn.execute(
+                        _RUNNABLE.format(state="pending", when="l.not_before <= ?"),
+                        (model, now, limit - len(rowids)),
+                    )
+                ]
+            if not rowids:
+                return []
+            marks = ",".join("?" * len(rowids))
             rows = conn.execute(
                 "UPDATE lines SET state = 'running', owner = ?, lease_until = ?"
-                " WHERE rowid IN (SELECT l.rowid FROM lines AS l"
-                " JOIN batches AS b ON b.id = l.batch_id"
-                " WHERE l.model = ? AND b.status = 'in_progress' AND ("
-                "(l.state = 'pending' AND l.not_before <= ?)"
-                " OR (l.state = 'running' AND l.lease_until < ?))"
-                " ORDER BY b.seq, l.idx LIMIT ?)"
-                " RETURNING batch_id, idx, custom_id, model, body, attempts",
-                (owner, now + lease_s, model, now, now, limit),
+                f" WHERE rowid IN ({marks})"
+                " RETURNING rowid, batch_id, idx, custom_id, model, body, attempts",
+                (owner, now + lease_s, *rowids),
             ).fetchall()
-        return [Claim(r[0], r[1], r[2], r[3], bytes(r[4]), r[5]) for r in rows]
+        order = {rowid: i for i, rowid in enumerate(rowids)}
+        rows.sort(key=lambda row: order[row[0]])
+        return [Claim(r[1], r[2], r[3], r[4], bytes(r[5]), r[6]) for r in rows]
 
     def renew(self, owner: str, until: float) -> None:
         """Extend the lease of every line this owner runs (one statement for all of them)."""
@@ -147,8 +175,9 @@ class LineStore:
                 ],
             )
             conn.executemany(
-                "UPDATE lines SET state = 'done', owner = NULL WHERE batch_id = ? AND idx = ?",
-                [(r.batch_id, r.idx) for r in results],
+                "UPDATE lines SET state = ?, owner = NULL"
+                " WHERE batch_id = ? AND idx = ? AND state IN ('pending', 'running')",
+                [("completed" if r.ok else "failed", r.batch_id, r.idx) for r in results],
             )
             conn.executemany(
                 "UPDATE lines SET state = 'pending', owner = NULL, not_before = ?,"
@@ -191,14 +220,11 @@ class LineStore:
 
     def progress(self) -> tuple[dict[tuple[str, str], int], dict[str, int]]:
         """Lines of unfinished batches per ``(model, state)`` (``queued``, ``running``,
-        ``completed``, ``failed``), and batches per status."""
+        ``completed``, ``failed``), and batches per status. Only unfinished batches have
+        line rows, so this counts the ``lines_to_run`` index alone."""
         lines = self.db.conn.execute(
-            "SELECT l.model, CASE WHEN l.state = 'pending' THEN 'queued'"
-            " WHEN l.state = 'running' THEN 'running'"
-            " WHEN r.ok = 1 THEN 'completed' ELSE 'failed' END, COUNT(*)"
-            " FROM lines AS l JOIN batches AS b ON b.id = l.batch_id"
-            " LEFT JOIN results AS r ON r.batch_id = l.batch_id AND r.idx = l.idx"
-            " WHERE b.status IN ('in_progress', 'finalizing', 'cancelling') GROUP BY 1, 2"
+            "SELECT model, CASE state WHEN 'pending' THEN 'queued' ELSE state END, COUNT(*)"
+            " FROM lines GROUP BY model, state"
         ).fetchall()
         batches = self.db.conn.execute(
             "SELECT status, COUNT(*) FROM batches GROUP BY status"
