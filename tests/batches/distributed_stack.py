@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import openai
-import orjson
 import redis
 import yaml
 
 from sluicegate.demo.processes import free_port
-from tests.batches.process_stack import LANE, MODEL
+from tests.batches.process_stack import LANE, MODEL, engines_admitted
 from tests.distributed.cluster import (
     ADMIN_KEY,
     ADMIN_KEY_ENV,
@@ -128,11 +127,7 @@ class Fleet:
 
     def engine_admitted(self) -> int:
         """Requests the engines admitted in all (each run of a line counts once)."""
-        total = 0
-        for engine in self.engines:
-            with urllib.request.urlopen(engine.url + "/emulator/stats", timeout=5) as response:
-                total += int(orjson.loads(response.read())["admitted_total"])
-        return total
+        return engines_admitted(self.engines)
 
     def line_runs(self, index: int, outcome: str = "completed") -> int:
         """Runs of batch lines replica ``index`` ended with ``outcome`` (its

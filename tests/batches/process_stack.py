@@ -153,11 +153,7 @@ class BatchStack:
 
     def engine_admitted(self) -> int:
         """Requests the engines admitted in all (each run of a line counts once)."""
-        total = 0
-        for engine in self.engines:
-            with urllib.request.urlopen(engine.url + "/emulator/stats", timeout=5) as response:
-                total += int(orjson.loads(response.read())["admitted_total"])
-        return total
+        return engines_admitted(self.engines)
 
     def db_status(self, batch_id: str) -> str | None:
         """A batch's status read straight from the database (read-only), for a test to
@@ -190,6 +186,15 @@ class BatchStack:
             f"--- {log.name}\n{log.read_text(errors='replace')[-1500:]}"
             for log in sorted(self.log_dir.glob("gateway-*.log"))
         )
+
+
+def engines_admitted(engines: Sequence[Child]) -> int:
+    """Requests these emulated engines admitted in all (their ``/emulator/stats``)."""
+    total = 0
+    for engine in engines:
+        with urllib.request.urlopen(engine.url + "/emulator/stats", timeout=5) as response:
+            total += int(orjson.loads(response.read())["admitted_total"])
+    return total
 
 
 def admin_get(url: str, path: str) -> dict[str, Any]:
