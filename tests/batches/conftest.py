@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import orjson
@@ -14,18 +13,12 @@ from sluicegate.batches.lines import LineError, LineRequest, read_line
 from sluicegate.batches.objects import new_id
 from sluicegate.batches.redis_backend import RedisBatches
 from sluicegate.batches.sqlite_backend import SqliteBatches
-from tests.store.redis_server import REDIS_SERVER, RedisServer, running_redis
+from tests.store.conftest import redis_server
+from tests.store.redis_server import RedisServer
+
+__all__ = ["redis_server"]  # the store tests' module-scoped redis-server fixture, shared
 
 BACKENDS = ("sqlite", "redis")
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    """A redis-server of the test module's own, on a free loopback port."""
-    if not os.path.exists(REDIS_SERVER):
-        pytest.skip(f"redis-server not installed ({REDIS_SERVER}); `make test` installs it")
-    with running_redis() as server:
-        yield server
 
 
 def make_backend(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> BatchBackend:

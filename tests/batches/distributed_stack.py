@@ -24,7 +24,7 @@ import redis
 import yaml
 
 from sluicegate.demo.processes import free_port
-from tests.batches.process_stack import LANE, MODEL, engines_admitted
+from tests.batches.process_stack import LANE, MODEL, engines_admitted, start_engines
 from tests.distributed.cluster import (
     ADMIN_KEY,
     ADMIN_KEY_ENV,
@@ -165,12 +165,7 @@ def running_fleet(spec: FleetSpec, log_dir: Path) -> Iterator[Fleet]:
         engines: list[Child] = []
         gateways: list[Child] = []
         try:
-            for index in range(spec.engines):
-                port = free_port()
-                args = ["emulate", "--port", str(port), "--preset", spec.preset, "--model", MODEL]
-                args += ["--max-num-seqs", str(spec.max_num_seqs), "--seed", str(index)]
-                engines.append(spawn(f"engine-{index}", args, port, log_dir, {}))
-            wait_ready([(engine, "/health") for engine in engines])
+            start_engines(engines, spec.engines, spec.preset, spec.max_num_seqs, log_dir)
             for index in range(spec.gateways):
                 name = f"gw{index + 1}"
                 port = free_port()

@@ -188,6 +188,20 @@ class BatchStack:
         )
 
 
+def start_engines(
+    into: list[Child], count: int, preset: str, max_num_seqs: int, log_dir: Path
+) -> None:
+    """Start ``count`` ``sluicegate emulate`` engines serving ``MODEL`` (seeds 0, 1, …) and
+    wait until each answers ``/health``; each is appended to ``into`` as it starts, so the
+    caller stops even those started before a failure."""
+    for index in range(count):
+        port = free_port()
+        args = ["emulate", "--port", str(port), "--preset", preset, "--model", MODEL]
+        args += ["--max-num-seqs", str(max_num_seqs), "--seed", str(index)]
+        into.append(spawn(f"engine-{index}", args, port, log_dir, {}))
+    wait_ready([(engine, "/health") for engine in into])
+
+
 def engines_admitted(engines: Sequence[Child]) -> int:
     """Requests these emulated engines admitted in all (their ``/emulator/stats``)."""
     total = 0
@@ -221,12 +235,7 @@ def running_stack(spec: StackSpec, log_dir: Path) -> Iterator[BatchStack]:
     engines: list[Child] = []
     stack: BatchStack | None = None
     try:
-        for index in range(spec.engines):
-            port = free_port()
-            args = ["emulate", "--port", str(port), "--preset", spec.preset, "--model", MODEL]
-            args += ["--max-num-seqs", str(spec.max_num_seqs), "--seed", str(index)]
-            engines.append(spawn(f"engine-{index}", args, port, log_dir, {}))
-        wait_ready([(engine, "/health") for engine in engines])
+        start_engines(engines, spec.engines, spec.preset, spec.max_num_seqs, log_dir)
         port = free_port()
         db = log_dir / "b.db"
         config = log_dir / "gateway.yaml"

@@ -76,17 +76,14 @@ def batch_object(row: Record, counts: Counts) -> dict[str, Any]:
     return answer
 
 
-def output_line(custom_id: str | None, status: int, request_id: str, body: bytes) -> bytes:
-    """One line of an output or error file: the engine's (or gateway's) answer to a line."""
-    try:
-        parsed: Any = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        parsed = body.decode("utf-8", "replace")
+def output_line(custom_id: str | None, status: int, request_id: str, body: Any) -> bytes:
+    """One line of an output or error file: the engine's (or gateway's) answer to a line,
+    ``body`` already parsed (text when it was not JSON)."""
     return orjson.dumps(
         {
             "id": new_id("batch_req_"),
             "custom_id": custom_id,
-            "response": {"status_code": status, "request_id": request_id, "body": parsed},
+            "response": {"status_code": status, "request_id": request_id, "body": body},
             "error": None,
         }
     )

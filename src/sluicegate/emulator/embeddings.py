@@ -15,7 +15,7 @@ import struct
 
 import orjson
 
-from sluicegate.emulator.protocol import CHARS_PER_TOKEN, ApiError
+from sluicegate.emulator.protocol import CHARS_PER_TOKEN, ApiError, parse_body
 
 DIMENSIONS = 16
 """Length of a vector unless the request asks for ``dimensions``."""
@@ -42,15 +42,7 @@ def parse_embeddings(raw: bytes, model: str) -> tuple[list[tuple[bytes, int]], i
     Raises:
         ApiError: 400 for bad JSON or an input of the wrong shape; 404 for another model.
     """
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise _invalid(f"request body is not valid JSON: {exc}", None) from exc
-    if not isinstance(body, dict):
-        raise _invalid("request body must be a JSON object", None)
-    named = body.get("model")
-    if named is not None and named != model:
-        raise ApiError(404, f"The model `{named}` does not exist.", "model_not_found", "model")
+    body = parse_body(raw, model)
     dims = body.get("dimensions", DIMENSIONS)
     if not isinstance(dims, int) or isinstance(dims, bool) or not 1 <= dims <= MAX_DIMENSIONS:
         raise _invalid(f"'dimensions' must be an integer from 1 to {MAX_DIMENSIONS}", "dimensions")

@@ -132,12 +132,11 @@ def _max_tokens(body: dict[str, object]) -> int:
     return DEFAULT_MAX_TOKENS
 
 
-def parse_request(raw: bytes, *, chat: bool, model: str) -> CompletionRequest:
-    """Parse and validate a ``/v1/chat/completions`` or ``/v1/completions`` body.
+def parse_body(raw: bytes, model: str) -> dict[str, object]:
+    """A request body as a JSON object that names ``model`` (or no model).
 
     Raises:
-        ApiError: 400 for bad JSON or wrong types, or ``n != 1``; 404 when the
-            body names a model other than ``model`` (an absent model means it).
+        ApiError: 400 for bad JSON or a body that is not an object; 404 for another model.
     """
     try:
         body = orjson.loads(raw)
@@ -148,6 +147,17 @@ def parse_request(raw: bytes, *, chat: bool, model: str) -> CompletionRequest:
     named = _field(body, "model", str, "a string")
     if named is not None and named != model:
         raise ApiError(404, f"The model `{named}` does not exist.", "model_not_found", "model")
+    return body
+
+
+def parse_request(raw: bytes, *, chat: bool, model: str) -> CompletionRequest:
+    """Parse and validate a ``/v1/chat/completions`` or ``/v1/completions`` body.
+
+    Raises:
+        ApiError: 400 for bad JSON or wrong types, or ``n != 1``; 404 when the
+            body names a model other than ``model`` (an absent model means it).
+    """
+    body = parse_body(raw, model)
     n = _field(body, "n", int, "an integer")
     if n is not None and n != 1:
         raise _invalid(f"only n = 1 is supported, got {n}", "n")

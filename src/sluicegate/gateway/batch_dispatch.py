@@ -37,7 +37,7 @@ class LineCall:
     def __init__(
         self, path: str, body: bytes, tenant: str, lane: str, priority: int, request_id: str
     ) -> None:
-        self._body = body
+        self._body: bytes | None = body
         self._stopped = False
         self._on_stop: Callable[[], None] | None = None
         self._gone = asyncio.Event()
@@ -84,7 +84,7 @@ class LineCall:
 
     async def _receive(self) -> Message:
         if self._body is not None:
-            body, self._body = self._body, None  # type: ignore[assignment]
+            body, self._body = self._body, None
             return {"type": "http.request", "body": body, "more_body": False}
         await self._gone.wait()
         return {"type": "http.disconnect"}

@@ -28,6 +28,7 @@ import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from starlette.types import ASGIApp
@@ -125,9 +126,7 @@ class BatchRunner:
             free = window - running - len(held)
             if free <= 0:
                 continue
-            claims = await self.backend.claim(
-                model, self.owner, free, time.time(), self.spec.lease_s
-            )
+            claims = await self.backend.claim(model, self.owner, free, now, self.spec.lease_s)
             for claim in claims:
                 await self._start(claim)
 
@@ -195,8 +194,9 @@ class BatchRunner:
             self.progress.ended(model, "retried")
             return
         ok = 200 <= status < 300
-        text = output_line(claim.custom_id, status, answer.request_id, answer.body)
-        prompt, completion = _usage(answer.body) if ok else (0, 0)
+        body = _parsed(answer.body)
+        text = output_line(claim.custom_id, status, answer.request_id, body)
+        prompt, completion = _usage(body) if ok else (0, 0)
         self._results.append(Result(claim.batch_id, claim.idx, ok, text, prompt, completion))
         self.progress.ended(model, "completed" if ok else "failed")
 
@@ -225,10 +225,20 @@ class BatchRunner:
         await self._flush()
 
 
-def _usage(body: bytes) -> tuple[int, int]:
-    """(prompt, completion) tokens of an engine's answer; zeros if it reported none."""
+def _parsed(body: bytes) -> Any:
+    """An answer's JSON, or its text when it is not JSON (the file line still carries it)."""
     try:
-        usage = orjson.loads(body).get("usage") or {}
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body.decode("utf-8", "replace")
+
+
+def _usage(body: Any) -> tuple[int, int]:
+    """(prompt, completion) tokens of an engine's parsed answer; zeros if it reported none."""
+    usage = body.get("usage") if isinstance(body, dict) else None
+    if not isinstance(usage, dict):
+        return 0, 0
+    try:
         return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-    except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+    except (TypeError, ValueError):
         return 0, 0
