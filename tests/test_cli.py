@@ -104,6 +104,26 @@ def test_serve_refuses_what_the_gateway_cannot_do(
     assert started == []
 
 
+def test_serve_refuses_a_batches_path_whose_directory_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """serve exits 1 naming ``batches.path`` and the missing directory, before starting."""
+    import sluicegate.gateway.app
+
+    started: list[object] = []
+    monkeypatch.setattr(sluicegate.gateway.app, "serve", lambda *a, **k: started.append(a))
+    missing = tmp_path / "no-such-dir"
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        "models:\n  - name: m\n    backends: [{name: b, url: 'http://127.0.0.1:9'}]\n"
+        f"batches: {{path: '{missing / 'b.db'}'}}\n"
+    )
+    result = runner.invoke(app, ["serve", "--config", str(path)])
+    assert result.exit_code == 1, result.output
+    assert f"batches.path: directory {missing} does not exist" in _flat(result.output)
+    assert started == []
+
+
 def test_simulate_accepts_the_oracles(tmp_path: Path) -> None:
     """simulate runs a config whose lane names ``oracle``, and ``--policy oracle``."""
     path = tmp_path / "sim.yaml"

@@ -79,6 +79,9 @@ def serve(
         raise typer.Exit(2)
     try:
         loaded = load_config(config)
+        from sluicegate.gateway.app import check_servable
+
+        check_servable(loaded)
         if workers == 1:
             from sluicegate.gateway.app import serve as run_gateway
 

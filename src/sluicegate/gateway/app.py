@@ -9,6 +9,7 @@ import gc
 import socket
 import time
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 
 import uvicorn
 from starlette.applications import Starlette
@@ -30,7 +31,9 @@ from sluicegate.gateway.scrape import poll_forever
 from sluicegate.gateway.state import GatewayState
 
 
-def _check_servable(config: Config) -> None:
+def check_servable(config: Config) -> None:
+    """``ConfigError`` for what a valid config still lacks to be served: a backend for each
+    model, backend URLs, and an existing directory for ``batches.path``."""
     for model in config.models:
         if not model.backends:
             raise ConfigError(f"models[{model.name}].backends: the gateway needs at least one")
@@ -40,6 +43,13 @@ def _check_servable(config: Config) -> None:
                     f"models[{model.name}].backends[{backend.name}].url: "
                     "must be an http:// or https:// URL"
                 )
+    if config.batches is not None and config.batches.path is not None:
+        directory = Path(config.batches.path).parent
+        if not directory.is_dir():
+            raise ConfigError(
+                f"batches.path: directory {directory} does not exist (the gateway creates the "
+                "database file, not its directory)"
+            )
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -96,7 +106,7 @@ def build_app(
     ``uvicorn_protocol_kwargs(connection_limits(config))`` so the header, body and
     write-buffer limits hold (``serve`` does).
     """
-    _check_servable(config)
+    check_servable(config)
     state = GatewayState(config, environ, clock=clock)
     ops = Ops(state)
     inference = {
