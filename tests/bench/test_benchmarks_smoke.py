@@ -234,3 +234,15 @@ def test_batch_yield_smoke_runs_both_phases_and_preempts(tmp_path: Path) -> None
         assert number(row["lines preempted"]) >= 1, row
         for column in ("A TTFT p99 ms", "B TTFT p99 ms", "B/A TTFT p99"):
             assert number(row[column]) > 0, row
+
+
+def test_batch_store_smoke_measures_both_backends(tmp_path: Path) -> None:
+    """Both backends are measured, every figure positive and finite."""
+    _, text = run_smoke("bench_batch_store.py", tmp_path)
+    body = section(text, "bench_batch_store")
+    lines = [line for line in body.splitlines() if line.startswith(("| SQLite", "| Redis"))]
+    assert len(lines) == 2, body
+    for line in lines:
+        cells = [cell.strip() for cell in line.strip("|").split("|")][1:]
+        assert len(cells) == 6, line
+        assert all(number(cell) > 0 for cell in cells), line
