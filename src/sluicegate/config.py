@@ -227,6 +227,9 @@ class Config(BaseModel):
                 "batches.path: the SQLite database that holds batch state is required "
                 "(e.g. /var/lib/sluicegate/batches.db)"
             )
+        unknown = set(batches.quota.tenants) - {t.name for t in self.tenants} - {"anonymous"}
+        if unknown:
+            raise ValueError(f"batches.quota.tenants: no such tenants {sorted(unknown)}")
 
     def scheduler_spec(self) -> SchedulerSpec:
         """The part of the config the scheduler runs on."""

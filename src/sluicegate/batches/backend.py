@@ -8,11 +8,15 @@ distributed mode, so any replica serves any batch and runs any line. Both pass
 
 Every method that changes something returns only once the change is durable
 (committed to disk, or acknowledged by the store).
+
+Each tenant's data is bounded (``Quota``, checked atomically where it is stored, so two
+uploads at once cannot both take the last byte) and ends: a file at its ``expires_at``,
+a batch ``batch_retention_s`` after it is over (``sweep``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,6 +32,70 @@ PAGE_LINES = 2000
 """Lines ``file_page`` returns at most."""
 MAX_REPORTED_ERRORS = 100
 """Problems listed in a failed batch's ``errors`` at most."""
+UPLOAD_CHUNK_LINES = 1000
+UPLOAD_CHUNK_BYTES = 1024 * 1024
+"""An upload is written in steps of at most this many lines or bytes (plus one line), so
+other calls go between them."""
+UPLOAD_TTL_S = 86_400
+"""An upload whose process died before it finished is deleted (its quota freed) after this."""
+TERMINAL = ("completed", "failed", "expired", "cancelled")
+"""Statuses of a batch that is over."""
+
+
+def take_chunk(lines: Iterator[bytes]) -> list[bytes]:
+    """The next step of an upload: up to ``UPLOAD_CHUNK_LINES`` lines, stopping after the
+    line that reaches ``UPLOAD_CHUNK_BYTES``; empty at the end."""
+    chunk: list[bytes] = []
+    size = 0
+    for text in lines:
+        chunk.append(text)
+        size += len(text)
+        if len(chunk) >= UPLOAD_CHUNK_LINES or size >= UPLOAD_CHUNK_BYTES:
+            break
+    return chunk
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """What one tenant may keep (None: no limit): bytes of its files (uploads and the output
+    and error files of its batches), files, and batches not yet over."""
+
+    max_bytes: int | None = None
+    max_files: int | None = None
+    max_active_batches: int | None = None
+
+
+NO_QUOTA = Quota()
+
+
+class QuotaExceededError(Exception):
+    """A tenant's upload or batch would pass its ``Quota``: nothing was stored.
+
+    ``kind``: ``bytes``, ``files`` or ``active_batches``; ``limit`` the quota;
+    ``retry_at``: the wall-clock time its earliest file expires (``bytes``, ``files``) or its
+    earliest active batch's window ends (``active_batches``), None if unknown.
+    """
+
+    def __init__(self, kind: str, limit: int, retry_at: float | None) -> None:
+        super().__init__(f"{kind} quota of {limit} reached")
+        self.kind = kind
+        self.limit = limit
+        self.retry_at = retry_at
+
+
+@dataclass(frozen=True, slots=True)
+class Swept:
+    """What one ``sweep`` step deleted: expired files, batches past their retention, and
+    uploads abandoned by a process that died."""
+
+    files: int = 0
+    batches: int = 0
+    uploads: int = 0
+
+    @property
+    def total(self) -> int:
+        """Everything deleted."""
+        return self.files + self.batches + self.uploads
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +162,23 @@ class BatchBackend(Protocol):
         """Disconnect."""
 
     async def create_file(
-        self, tenant: str, purpose: str, filename: str, size: int, lines: Iterable[bytes], now: int
+        self,
+        tenant: str,
+        purpose: str,
+        filename: str,
+        size: int,
+        lines: Iterable[bytes],
+        now: int,
+        *,
+        expires_at: int | None = None,
+        quota: Quota = NO_QUOTA,
     ) -> Record:
-        """Store a file whose content is ``lines`` (without newlines). An exception raised by
-        ``lines`` stores nothing and propagates."""
+        """Store a file whose content is ``lines`` (without newlines), gone at ``expires_at``.
+
+        ``size`` is reserved against the tenant's quota before a line is stored
+        (``QuotaExceededError`` if it does not fit); the lines are written in steps, so other
+        calls go between them. An exception raised by ``lines`` stores nothing, frees the
+        reservation and propagates."""
 
     async def get_file(self, tenant: str, file_id: str) -> Record | None:
         """The tenant's file; None if none (or another tenant's)."""
@@ -123,8 +204,11 @@ class BatchBackend(Protocol):
         lane: str,
         metadata: dict[str, str] | None,
         now: int,
+        *,
+        quota: Quota = NO_QUOTA,
     ) -> Record:
-        """A new ``validating`` batch."""
+        """A new ``validating`` batch (``QuotaExceededError`` if the tenant has
+        ``quota.max_active_batches`` batches not yet over)."""
 
     async def get_batch(self, tenant: str, batch_id: str) -> Record | None:
         """The tenant's batch; None if none (or another tenant's)."""
@@ -165,3 +249,9 @@ class BatchBackend(Protocol):
 
     async def progress(self) -> Progress:
         """The counts the metrics and ``/admin/state`` show."""
+
+    async def sweep(self, now: int, batch_retention_s: int | None, limit: int) -> Swept:
+        """Delete up to ``limit`` of each: files whose ``expires_at`` passed, batches over
+        for ``batch_retention_s`` (with their results; their files expire on their own) and
+        uploads older than ``UPLOAD_TTL_S`` that never finished; each frees its quota.
+        Safe from many processes at once (what another deleted is skipped)."""

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import orjson
 
-from sluicegate.batches.backend import Counts, Record
+from sluicegate.batches.backend import TERMINAL, Counts, Quota, QuotaExceededError, Record
 from sluicegate.batches.db import Database
-from sluicegate.batches.objects import new_id
+from sluicegate.batches.objects import ACTIVE, new_id
+
+_ACTIVE = ",".join(f"'{status}'" for status in ACTIVE)
+_TERMINAL = ",".join(f"'{status}'" for status in TERMINAL)
+_ENDED_AT = "COALESCE(completed_at, failed_at, expired_at, cancelled_at)"
 
 COUNTS = (
     "SELECT COALESCE(SUM(ok), 0), COUNT(*) - COALESCE(SUM(ok), 0),"
@@ -32,10 +36,21 @@ class BatchStore:
         lane: str,
         metadata: dict[str, str] | None,
         now: int,
+        quota: Quota,
     ) -> Record:
-        """A new batch, ``validating``: the runner checks its lines next."""
+        """A new batch, ``validating``: the runner checks its lines next. ``QuotaExceededError``
+        if the tenant already has ``quota.max_active_batches`` batches not yet over."""
         batch_id = new_id("batch_")
         with self.db.write() as conn:
+            limit = quota.max_active_batches
+            if limit is not None:
+                active, soonest = conn.execute(
+                    f"SELECT COUNT(*), MIN(expires_at) FROM batches"
+                    f" WHERE tenant = ? AND status IN ({_ACTIVE})",
+                    (tenant,),
+                ).fetchone()
+                if active >= limit:
+                    raise QuotaExceededError("active_batches", limit, soonest)
             conn.execute(
                 "INSERT INTO batches (id, tenant, endpoint, input_file_id, completion_window,"
                 " lane, status, metadata, created_at, expires_at)"
@@ -92,3 +107,21 @@ class BatchStore:
                 (now, batch_id, tenant),
             )
         return self.get(tenant, batch_id)
+
+    def purge(self, now: int, retention_s: int, limit: int) -> int:
+        """Delete up to ``limit`` batches over for ``retention_s``, with their results (their
+        output and error files expire on their own); how many."""
+        with self.db.write() as conn:
+            ids = [
+                row[0]
+                for row in conn.execute(
+                    f"SELECT id FROM batches WHERE status IN ({_TERMINAL})"
+                    f" AND {_ENDED_AT} <= ? LIMIT ?",
+                    (now - retention_s, limit),
+                )
+            ]
+            for batch_id in ids:
+                conn.execute("DELETE FROM results WHERE batch_id = ?", (batch_id,))
+                conn.execute("DELETE FROM lines WHERE batch_id = ?", (batch_id,))
+                conn.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
+        return len(ids)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 BUSY_TIMEOUT_MS = 10_000
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
@@ -27,7 +27,8 @@ CREATE TABLE IF NOT EXISTS files (
     filename TEXT NOT NULL,
     bytes INTEGER NOT NULL,
     lines INTEGER NOT NULL,
-    created_at INTEGER NOT NULL
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER
 );
 CREATE TABLE IF NOT EXISTS file_lines (
     file_id TEXT NOT NULL,
@@ -87,7 +88,21 @@ CREATE TABLE IF NOT EXISTS results (
     completion_tokens INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (batch_id, idx)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS uploads (
+    file_id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    bytes INTEGER NOT NULL,
+    started_at INTEGER NOT NULL
+) WITHOUT ROWID;
 """
+_SCHEMA_2 = """
+CREATE INDEX IF NOT EXISTS files_by_tenant ON files (tenant, seq);
+CREATE INDEX IF NOT EXISTS files_by_expiry ON files (expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS uploads_by_tenant ON uploads (tenant);
+"""
+"""Version 2 (quotas and expiry): ``files.expires_at``, ``uploads`` (an upload's quota,
+reserved while its lines are written in steps), and the indexes that find a tenant's
+files and expired ones."""
 
 
 class Database:
@@ -117,6 +132,11 @@ class Database:
                 )
             # executescript() would commit first; one statement at a time stays in the transaction.
             for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    self.conn.execute(statement)
+            if version == 1:
+                self.conn.execute("ALTER TABLE files ADD COLUMN expires_at INTEGER")
+            for statement in _SCHEMA_2.split(";"):
                 if statement.strip():
                     self.conn.execute(statement)
             self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -26,10 +26,12 @@ ENDINGS = {
 
 
 class Finisher:
-    """Ends the batches that are due; each ending is one committed transaction."""
+    """Ends the batches that are due; each ending is one committed transaction. Output and
+    error files expire ``file_retention_s`` after they are written (None: never)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, file_retention_s: int | None = None) -> None:
         self.db = db
+        self.file_retention_s = file_retention_s
 
     def finish_due(self, now: int) -> list[tuple[str, str]]:
         """End every batch that is due now; the ``(batch id, new status)`` of each."""
@@ -100,11 +102,13 @@ class Finisher:
         """The output file (answers) and error file (the rest) of a batch, from its results;
         its line rows are dropped."""
         tenant = conn.execute("SELECT tenant FROM batches WHERE id = ?", (batch_id,)).fetchone()[0]
+        expires_at = None if self.file_retention_s is None else now + self.file_retention_s
         for ok, column, purpose, name in (
             (1, "output_file_id", "batch_output", "output"),
             (0, "error_file_id", "batch_output", "errors"),
         ):
             file_id = new_id("file-")
+            filename = f"{batch_id}_{name}.jsonl"
             copied = conn.execute(
                 "INSERT INTO file_lines (file_id, idx, text)"
                 " SELECT ?, ROW_NUMBER() OVER (ORDER BY idx) - 1, text FROM results"
@@ -117,9 +121,10 @@ class Finisher:
                 "SELECT SUM(LENGTH(text) + 1) FROM file_lines WHERE file_id = ?", (file_id,)
             ).fetchone()[0]
             conn.execute(
-                "INSERT INTO files (id, tenant, purpose, filename, bytes, lines, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (file_id, tenant, purpose, f"{batch_id}_{name}.jsonl", size, copied, now),
+                "INSERT INTO files"
+                " (id, tenant, purpose, filename, bytes, lines, created_at, expires_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (file_id, tenant, purpose, filename, size, copied, now, expires_at),
             )
             conn.execute(f"UPDATE batches SET {column} = ? WHERE id = ?", (file_id, batch_id))
         # An ended batch's results are all its lines were for: the line rows (copies of the

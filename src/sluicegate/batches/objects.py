@@ -37,7 +37,7 @@ def file_object(row: Record) -> dict[str, Any]:
         "filename": row["filename"],
         "purpose": row["purpose"],
         "status": "processed",
-        "expires_at": None,
+        "expires_at": row.get("expires_at"),
         "status_details": None,
     }
 

@@ -6,7 +6,7 @@ touch any of them):
 
 - ``f:<id>`` a file's fields (a hash), ``fl:<id>`` its lines (a list),
   ``files:<tenant>`` the tenant's files by creation (a sorted set); ``seq`` the
-  counter that orders files and batches;
+  counter that orders files and batches; quotas and expiry: ``redis_retention``;
 - ``b:<id>`` a batch's fields, ``batches:<tenant>`` the tenant's batches,
   ``st:<status>`` the batches in each unfinished status, ``nstatus`` batches per
   status, ``expiry`` running batches by ``expires_at``, ``full`` running batches
@@ -31,8 +31,7 @@ counters and its batch's state in the same script anyway.
 from __future__ import annotations
 
 import asyncio
-import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 import orjson
@@ -40,25 +39,39 @@ import redis.asyncio as aioredis
 
 from sluicegate.batches import redis_lua
 from sluicegate.batches.backend import (
+    NO_QUOTA,
     PAGE_LINES,
+    UPLOAD_TTL_S,
     Claim,
     Counts,
     LineReader,
     Progress,
+    Quota,
     Record,
     Result,
     Retry,
+    Swept,
+    take_chunk,
 )
 from sluicegate.batches.objects import STATUS_TIMES, new_id
 from sluicegate.batches.redis_lifecycle import RedisLifecycle, as_bytes, as_str
+from sluicegate.batches.redis_retention import RedisRetention, refusal
 
 CHUNK = 1000
-"""Lines written or read per round trip."""
-UPLOAD_TTL_S = 86_400
-"""An upload whose process died before it finished is deleted after this."""
+"""Lines read per round trip."""
 
-FILE_COLUMNS = ("seq", "id", "tenant", "purpose", "filename", "bytes", "lines", "created_at")
-_FILE_INTS = frozenset({"seq", "bytes", "lines", "created_at"})
+FILE_COLUMNS = (
+    "seq",
+    "id",
+    "tenant",
+    "purpose",
+    "filename",
+    "bytes",
+    "lines",
+    "created_at",
+    "expires_at",
+)
+_FILE_INTS = frozenset({"seq", "bytes", "lines", "created_at", "expires_at"})
 BATCH_COLUMNS = (
     "seq",
     "id",
@@ -94,20 +107,19 @@ def _record(raw: dict[Any, Any], columns: tuple[str, ...], ints: frozenset[str])
     return row
 
 
-def _take(lines: Iterator[bytes], count: int) -> list[bytes]:
-    return list(itertools.islice(lines, count))
-
-
 class RedisBatches:
     """``BatchBackend`` in the Redis at ``url`` (redis://, rediss:// or unix://), under the
-    keys of ``prefix`` (``distributed.key_prefix``)."""
+    keys of ``prefix`` (``distributed.key_prefix``); output and error files expire
+    ``file_retention_s`` after they are written (None: never)."""
 
-    def __init__(self, url: str, *, prefix: str) -> None:
+    def __init__(self, url: str, *, prefix: str, file_retention_s: int | None = None) -> None:
         self.url = url
+        self.file_retention_s = file_retention_s
         self.base = f"{{{prefix}:batch}}:"
         self._client: aioredis.Redis | None = None
         self._scripts: dict[str, Any] = {}
         self._lifecycle: RedisLifecycle | None = None
+        self._retention: RedisRetention | None = None
 
     @property
     def _redis(self) -> aioredis.Redis:
@@ -129,7 +141,8 @@ class RedisBatches:
         for name in ("CREATE", "DELETE_FILE", "CANCEL", "CLAIM", "RENEW", "RECORD"):
             source = redis_lua.PRELUDE + redis_lua.SCRIPTS[name]
             self._scripts[name] = client.register_script(source)
-        self._lifecycle = RedisLifecycle(client, self.base)
+        self._lifecycle = RedisLifecycle(client, self.base, self.file_retention_s)
+        self._retention = RedisRetention(client, self.base)
 
     async def close(self) -> None:
         """Disconnect."""
@@ -138,33 +151,50 @@ class RedisBatches:
             self._client = None
 
     async def create_file(
-        self, tenant: str, purpose: str, filename: str, size: int, lines: Iterable[bytes], now: int
+        self,
+        tenant: str,
+        purpose: str,
+        filename: str,
+        size: int,
+        lines: Iterable[bytes],
+        now: int,
+        *,
+        expires_at: int | None = None,
+        quota: Quota = NO_QUOTA,
     ) -> Record:
-        """See ``BatchBackend``: the lines go to a list that expires until the file exists."""
+        """See ``BatchBackend``: the size is reserved, then the lines go to a list that
+        expires until the file exists."""
+        assert self._retention is not None
         file_id = new_id("file-")
         key = self._key("fl:", file_id)
+        await self._retention.reserve(tenant, file_id, size, quota, now)
         source, count = iter(lines), 0
-        try:
-            while chunk := await asyncio.to_thread(_take, source, CHUNK):
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    pipe.rpush(key, *chunk)
-                    pipe.expire(key, UPLOAD_TTL_S)
-                    await pipe.execute()
-                count += len(chunk)
-        except BaseException:
-            await asyncio.shield(self._redis.unlink(key))
-            raise
         row: Record = {
             "id": file_id,
             "tenant": tenant,
             "purpose": purpose,
             "filename": filename,
             "bytes": size,
-            "lines": count,
+            "lines": 0,
             "created_at": now,
+            "expires_at": expires_at,
         }
-        fields = [str(part) for pair in row.items() for part in pair]
-        seq = await self._run("CREATE", "file", file_id, tenant, *fields)
+        try:
+            while chunk := await asyncio.to_thread(take_chunk, source):
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    pipe.rpush(key, *chunk)
+                    pipe.expire(key, UPLOAD_TTL_S)
+                    await pipe.execute()
+                count += len(chunk)
+            row["lines"] = count
+            fields = [str(part) for pair in row.items() if pair[1] is not None for part in pair]
+            expires = "" if expires_at is None else str(expires_at)
+            seq = await self._run("CREATE", "file", file_id, tenant, "", expires, *fields)
+            if seq is None:
+                raise RuntimeError("the upload's reservation was swept before it finished")
+        except BaseException:
+            await asyncio.shield(self._retention.release(file_id))
+            raise
         return {"seq": int(seq), **row}
 
     async def get_file(self, tenant: str, file_id: str) -> Record | None:
@@ -188,7 +218,7 @@ class RedisBatches:
 
     async def delete_file(self, tenant: str, file_id: str) -> bool:
         """See ``BatchBackend``."""
-        return bool(await self._run("DELETE_FILE", file_id, tenant))
+        return bool(await self._run("DELETE_FILE", file_id, tenant, ""))
 
     async def create_batch(
         self,
@@ -200,6 +230,8 @@ class RedisBatches:
         lane: str,
         metadata: dict[str, str] | None,
         now: int,
+        *,
+        quota: Quota = NO_QUOTA,
     ) -> Record:
         """See ``BatchBackend``."""
         batch_id = new_id("batch_")
@@ -218,7 +250,14 @@ class RedisBatches:
             expires_at=now + window_s,
         )
         fields = [str(x) for k, v in row.items() if v is not None and k != "seq" for x in (k, v)]
-        row["seq"] = int(await self._run("CREATE", "batch", batch_id, tenant, *fields))
+        limit = quota.max_active_batches
+        seq = await self._run(
+            "CREATE", "batch", batch_id, tenant, "" if limit is None else limit, now + window_s,
+            *fields,
+        )  # fmt: skip
+        if isinstance(seq, list):
+            raise refusal(seq, limit)
+        row["seq"] = int(seq)
         return row
 
     async def get_batch(self, tenant: str, batch_id: str) -> Record | None:
@@ -289,6 +328,11 @@ class RedisBatches:
         """See ``BatchBackend`` (``redis_lifecycle``)."""
         assert self._lifecycle is not None
         return await self._lifecycle.finish_due(now)
+
+    async def sweep(self, now: int, batch_retention_s: int | None, limit: int) -> Swept:
+        """See ``BatchBackend`` (``redis_retention``)."""
+        assert self._retention is not None
+        return await self._retention.sweep(now, batch_retention_s, limit)
 
     async def claim(
         self, model: str, owner: str, limit: int, now: float, lease_s: float

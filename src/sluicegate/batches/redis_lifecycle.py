@@ -56,11 +56,15 @@ def line_member(batch_id: str, idx: int) -> str:
 
 
 class RedisLifecycle:
-    """``validate_pending`` and ``finish_due`` of ``RedisBatches``."""
+    """``validate_pending`` and ``finish_due`` of ``RedisBatches`` (output and error files
+    expire ``file_retention_s`` after they are written; None: never)."""
 
-    def __init__(self, client: aioredis.Redis, base: str) -> None:
+    def __init__(
+        self, client: aioredis.Redis, base: str, file_retention_s: int | None = None
+    ) -> None:
         self._redis = client
         self.base = base
+        self.file_retention_s = file_retention_s
         self._scripts = {
             name: client.register_script(redis_lua.PRELUDE + redis_lua.SCRIPTS[name])
             for name in ("BEGIN_CHECK", "END_CHECK", "BEGIN_END", "END")
@@ -204,7 +208,8 @@ class RedisLifecycle:
                             files[ok].size += sum(len(line) + 1 for line in lines)
                     await pipe.execute()
             written = [part for ok in (True, False) for part in files[ok].parts()]
-            won = bool(await self._run("END", batch_id, kind, now, *written))
+            expires = "" if self.file_retention_s is None else now + self.file_retention_s
+            won = bool(await self._run("END", batch_id, kind, now, *written, expires))
         finally:
             if not won:
                 await self._redis.unlink(*(f"{self.base}fl:{f.file_id}" for f in files.values()))

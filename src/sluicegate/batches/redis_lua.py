@@ -43,29 +43,64 @@ end
 """
 
 CREATE = """
-local kind, id, tenant = ARGV[1], ARGV[2], ARGV[3]
-local seq = redis.call('INCR', B .. 'seq')
+-- ARGV: kind, id, tenant, quota ('' none: active batches; a file's was reserved), expires_at
+-- ('' none), then the fields. A file is its reservation made real (false if it was swept);
+-- a batch is refused past the tenant's active batches: {'active_batches', soonest end}.
+local kind, id, tenant, quota, expires = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local fields = {}
-for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 6, #ARGV do fields[#fields + 1] = ARGV[i] end
+local seq
 if kind == 'file' then
+  if redis.call('HDEL', B .. 'uploads', id) == 0 then return false end
+  redis.call('HINCRBY', B .. 'usage:' .. tenant, 'pending', -1)
+  redis.call('ZREM', B .. 'upload_at', id)
+  seq = redis.call('INCR', B .. 'seq')
   redis.call('HSET', B .. 'f:' .. id, 'seq', seq, unpack(fields))
   redis.call('PERSIST', B .. 'fl:' .. id)
   redis.call('ZADD', B .. 'files:' .. tenant, seq, id)
+  if expires ~= '' then
+    redis.call('ZADD', B .. 'fexp', expires, id)
+    redis.call('ZADD', B .. 'fexp:' .. tenant, expires, id)
+  end
 else
+  local active = B .. 'active:' .. tenant
+  if quota ~= '' and redis.call('ZCARD', active) >= tonumber(quota) then
+    local first = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
+    return {'active_batches', first[2] or ''}
+  end
+  seq = redis.call('INCR', B .. 'seq')
   redis.call('HSET', B .. 'b:' .. id, 'seq', seq, unpack(fields))
   redis.call('ZADD', B .. 'batches:' .. tenant, seq, id)
   redis.call('ZADD', B .. 'st:validating', seq, id)
   redis.call('HINCRBY', B .. 'nstatus', 'validating', 1)
+  redis.call('ZADD', active, expires, id)
 end
 return seq
 """
 
 DELETE_FILE = """
-local id, tenant = ARGV[1], ARGV[2]
-if redis.call('HGET', B .. 'f:' .. id, 'tenant') ~= tenant then return 0 end
-redis.call('DEL', B .. 'f:' .. id)
+-- ARGV: id, tenant, due: '' deletes the tenant's file; a time deletes the file (whoever's)
+-- if it expired by then
+local id, tenant, due = ARGV[1], ARGV[2], ARGV[3]
+local fk = B .. 'f:' .. id
+local owner = redis.call('HGET', fk, 'tenant')
+if due ~= '' then
+  if not owner then
+    redis.call('ZREM', B .. 'fexp', id)
+    return 0
+  end
+  local at = redis.call('HGET', fk, 'expires_at')
+  if not at or tonumber(at) > tonumber(due) then return 0 end
+  tenant = owner
+end
+if owner ~= tenant then return 0 end
+local size = tonumber(redis.call('HGET', fk, 'bytes') or '0')
+redis.call('HINCRBY', B .. 'usage:' .. tenant, 'bytes', -size)
+redis.call('DEL', fk)
 redis.call('UNLINK', B .. 'fl:' .. id)
 redis.call('ZREM', B .. 'files:' .. tenant, id)
+redis.call('ZREM', B .. 'fexp', id)
+redis.call('ZREM', B .. 'fexp:' .. tenant, id)
 return 1
 """
 
@@ -212,6 +247,8 @@ redis.call('HDEL', bk, 'checker', 'checker_until')
 if errors ~= '' then
   move(id, 'validating', 'failed')
   redis.call('HSET', bk, 'failed_at', now, 'errors', errors)
+  redis.call('ZREM', B .. 'active:' .. redis.call('HGET', bk, 'tenant'), id)
+  redis.call('ZADD', B .. 'ended', now, id)
   return 1
 end
 for _, name in ipairs({'body', 'cid', 'model', 'res'}) do
@@ -267,8 +304,9 @@ return 1
 """
 
 END = """
--- ARGV: id, kind, now, then for the output and the error file: id, lines, bytes
-local id, kind, now = ARGV[1], ARGV[2], ARGV[3]
+-- ARGV: id, kind, now, then for the output and the error file: id, lines, bytes; then when
+-- the files expire ('' never)
+local id, kind, now, expires = ARGV[1], ARGV[2], ARGV[3], ARGV[10]
 local bk, nk = B .. 'b:' .. id, B .. 'n:' .. id
 if redis.call('HGET', bk, 'ending') ~= kind then return 0 end
 local tenant = redis.call('HGET', bk, 'tenant')
@@ -283,6 +321,12 @@ for _, f in ipairs(files) do
     redis.call('PERSIST', B .. 'fl:' .. f[1])
     redis.call('ZADD', B .. 'files:' .. tenant, seq, f[1])
     redis.call('HSET', bk, f[5], f[1])
+    redis.call('HINCRBY', B .. 'usage:' .. tenant, 'bytes', f[3])
+    if expires ~= '' then
+      redis.call('HSET', B .. 'f:' .. f[1], 'expires_at', expires)
+      redis.call('ZADD', B .. 'fexp', expires, f[1])
+      redis.call('ZADD', B .. 'fexp:' .. tenant, expires, f[1])
+    end
   end
 end
 local total = tonumber(redis.call('HGET', bk, 'total') or '0')
@@ -292,6 +336,8 @@ move(id, redis.call('HGET', bk, 'status'), kind)
 redis.call('HSET', bk, kind .. '_at', now)
 redis.call('HDEL', bk, 'ending')
 redis.call('ZREM', B .. 'ending', id)
+redis.call('ZREM', B .. 'active:' .. tenant, id)
+redis.call('ZADD', B .. 'ended', now, id)
 for _, name in ipairs({'body', 'cid', 'model', 'att', 'own', 'res'}) do
   redis.call('UNLINK', B .. name .. ':' .. id)
 end

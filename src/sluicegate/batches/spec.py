@@ -6,6 +6,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from sluicegate.batches.backend import Quota
 from sluicegate.core.ticket import MAX_PRIORITY, MIN_PRIORITY
 
 _WINDOW = re.compile(r"^([1-9][0-9]{0,6})([smhd])$")
@@ -18,6 +19,51 @@ def window_seconds(window: str) -> int | None:
     if match is None:
         return None
     return int(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+def _duration(value: str | None) -> str | None:
+    if value is not None and window_seconds(value) is None:
+        raise ValueError("a duration such as 30d, 24h, 90m or 3600s (or null: never)")
+    return value
+
+
+class TenantQuota(BaseModel):
+    """One tenant's own quota (``batches.quota.tenants``): a field it leaves unset is the
+    default's."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_bytes: int | None = Field(None, ge=0, description="bytes stored (files and outputs)")
+    max_files: int | None = Field(None, ge=0, description="files stored")
+    max_active_batches: int | None = Field(None, ge=0, description="batches not yet over")
+
+
+class QuotaSpec(BaseModel):
+    """What one tenant may keep in the shared batch store (429 ``quota_exceeded`` above);
+    ``null``: no limit."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_bytes: int | None = Field(
+        1024**3,
+        ge=0,
+        description="bytes a tenant's files (uploads, outputs and error files) take at most",
+    )
+    max_files: int | None = Field(500, ge=0, description="files a tenant keeps at most")
+    max_active_batches: int | None = Field(
+        20, ge=0, description="batches of a tenant not yet over (validating to cancelling)"
+    )
+    tenants: dict[str, TenantQuota] = Field(
+        default_factory=dict, description="per tenant name, fields that differ from these"
+    )
+
+    def of(self, tenant: str) -> Quota:
+        """The quota of ``tenant``: its own fields where it has them, else these."""
+        own = self.tenants.get(tenant)
+        fields = {name: getattr(self, name) for name in Quota.__dataclass_fields__}
+        if own is not None:
+            fields.update({name: getattr(own, name) for name in own.model_fields_set})
+        return Quota(**fields)
 
 
 class BatchesSpec(BaseModel):
@@ -82,6 +128,22 @@ class BatchesSpec(BaseModel):
     poll_interval_s: float = Field(
         0.5, gt=0.0, le=60.0, description="how often the runner looks for new work"
     )
+    quota: QuotaSpec = Field(
+        default_factory=QuotaSpec, description="what one tenant may keep (per-tenant quotas)"
+    )
+    file_retention: str | None = Field(
+        "30d",
+        description="how long a file (upload, output or error file) is kept at most; an upload"
+        " may ask for less with expires_after; null: until deleted",
+    )
+    batch_retention: str | None = Field(
+        "30d", description="how long a batch is kept once over; null: until the store is wiped"
+    )
+    sweep_interval_s: float = Field(
+        60.0, gt=0.0, le=86400.0, description="how often expired files and batches are deleted"
+    )
+
+    _retention = field_validator("file_retention", "batch_retention")(_duration)
 
     @field_validator("max_completion_window")
     @classmethod
@@ -96,3 +158,13 @@ class BatchesSpec(BaseModel):
         seconds = window_seconds(self.max_completion_window)
         assert seconds is not None
         return seconds
+
+    @property
+    def file_retention_s(self) -> int | None:
+        """``file_retention`` in seconds (None: forever)."""
+        return None if self.file_retention is None else window_seconds(self.file_retention)
+
+    @property
+    def batch_retention_s(self) -> int | None:
+        """``batch_retention`` in seconds (None: forever)."""
+        return None if self.batch_retention is None else window_seconds(self.batch_retention)

@@ -1,7 +1,10 @@
 """The embedded batch backend: one SQLite file (WAL), used from a thread of its own.
 
 SQLite calls block, and a commit waits for the disk: every call runs on one
-dedicated thread, and the event loop goes on serving requests meanwhile.
+dedicated thread, and the event loop goes on serving requests meanwhile. Calls take
+turns on that thread, so none may be long: an upload is written in bounded steps
+(``FileStore``), each its own call, and another tenant's call waits for one step at
+most, not for the whole file.
 """
 
 from __future__ import annotations
@@ -13,13 +16,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
 from sluicegate.batches.backend import (
+    NO_QUOTA,
     Claim,
     Counts,
     LineReader,
     Progress,
+    Quota,
     Record,
     Result,
     Retry,
+    Swept,
 )
 from sluicegate.batches.batch_store import BatchStore
 from sluicegate.batches.db import Database
@@ -32,10 +38,13 @@ T = TypeVar("T")
 
 
 class SqliteBatches:
-    """``BatchBackend`` over the SQLite database at ``path``."""
+    """``BatchBackend`` over the SQLite database at ``path``; output and error files, and
+    files stored before they had an expiry, expire ``file_retention_s`` after they were
+    written (None: never)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, file_retention_s: int | None = None) -> None:
         self.path = path
+        self.file_retention_s = file_retention_s
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="sluicegate-batches")
         self._db: Database | None = None
         self._files: FileStore
@@ -54,7 +63,9 @@ class SqliteBatches:
         self._files = FileStore(db)
         self._batches = BatchStore(db)
         self._lines = LineStore(db)
-        self._finisher = Finisher(db)
+        self._finisher = Finisher(db, self.file_retention_s)
+        if self.file_retention_s is not None:
+            await self._call(self._files.expire_unexpiring, self.file_retention_s)
 
     async def close(self) -> None:
         """Close the database and stop its thread."""
@@ -64,10 +75,29 @@ class SqliteBatches:
         self._thread.shutdown(wait=True)
 
     async def create_file(
-        self, tenant: str, purpose: str, filename: str, size: int, lines: Iterable[bytes], now: int
+        self,
+        tenant: str,
+        purpose: str,
+        filename: str,
+        size: int,
+        lines: Iterable[bytes],
+        now: int,
+        *,
+        expires_at: int | None = None,
+        quota: Quota = NO_QUOTA,
     ) -> Record:
-        """See ``BatchBackend``."""
-        return await self._call(self._files.create, tenant, purpose, filename, size, lines, now)
+        """See ``BatchBackend``: reserve, then one call per chunk of lines, then commit."""
+        file_id = await self._call(self._files.reserve, tenant, size, quota, now)
+        source, count = iter(lines), 0
+        try:
+            while written := await self._call(self._files.write, file_id, source, count):
+                count += written
+            return await self._call(
+                self._files.commit, file_id, tenant, purpose, filename, count, now, expires_at
+            )
+        except BaseException:
+            await asyncio.shield(self._call(self._files.abandon, file_id))
+            raise
 
     async def get_file(self, tenant: str, file_id: str) -> Record | None:
         """See ``BatchBackend``."""
@@ -97,6 +127,8 @@ class SqliteBatches:
         lane: str,
         metadata: dict[str, str] | None,
         now: int,
+        *,
+        quota: Quota = NO_QUOTA,
     ) -> Record:
         """See ``BatchBackend``."""
         return await self._call(
@@ -109,6 +141,7 @@ class SqliteBatches:
             lane,
             metadata,
             now,
+            quota,
         )
 
     async def get_batch(self, tenant: str, batch_id: str) -> Record | None:
@@ -168,3 +201,11 @@ class SqliteBatches:
     async def progress(self) -> Progress:
         """See ``BatchBackend``."""
         return await self._call(self._lines.progress)
+
+    async def sweep(self, now: int, batch_retention_s: int | None, limit: int) -> Swept:
+        """See ``BatchBackend``."""
+        files, uploads = await self._call(self._files.sweep, now, limit)
+        batches = 0
+        if batch_retention_s is not None:
+            batches = await self._call(self._batches.purge, now, batch_retention_s, limit)
+        return Swept(files=files, batches=batches, uploads=uploads)

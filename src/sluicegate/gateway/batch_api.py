@@ -2,16 +2,18 @@
 
 Every object belongs to the tenant whose key created it; another tenant's id is
 a 404, as an unknown one is. An upload (``purpose: batch``, JSONL) is checked
-line by line as it is stored (UTF-8, at most ``batches.max_lines`` lines, at
-most ``batches.max_file_bytes``) and answered 200 once it is on disk; a create
-is answered once the batch is (``validating``; the runner checks its lines).
+line by line as it is stored (UTF-8, at most ``batches.max_lines`` lines of at
+most ``batches.max_line_bytes``, at most ``batches.max_file_bytes``, within the
+tenant's ``batches.quota``) and answered 200 once it is on disk; a create is
+answered once the batch is (``validating``; the runner checks its lines). A file
+past its ``expires_at`` is a 404 even before the sweeper deletes it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
-from typing import IO, Any
+from collections.abc import AsyncIterator
+from typing import Any
 
 import orjson
 from starlette.datastructures import FormData, UploadFile
@@ -21,10 +23,11 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Message
 
-from sluicegate.batches.backend import BatchBackend, Counts
+from sluicegate.batches.backend import BatchBackend, Counts, QuotaExceededError, Record
 from sluicegate.batches.lines import ENDPOINTS
 from sluicegate.batches.objects import batch_object, file_object
 from sluicegate.batches.spec import BatchesSpec, window_seconds
+from sluicegate.gateway.batch_upload import bounded_lines, expires_at, quota_refusal, read_capped
 from sluicegate.gateway.errors import GatewayError
 from sluicegate.gateway.state import GatewayState
 
@@ -42,30 +45,6 @@ def _not_found(kind: str, object_id: str) -> GatewayError:
     # The id is echoed only when short and plain: it came from the client.
     shown = object_id if len(object_id) <= 64 and object_id.isascii() else "…"
     return GatewayError(404, "not_found", f"no such {kind}: {shown!r}")
-
-
-def _lines(stream: IO[bytes], max_lines: int) -> Iterator[bytes]:
-    """The non-blank lines of an upload, each checked to be UTF-8; a ``GatewayError`` as soon
-    as one is not, or there are more than ``max_lines``."""
-    count = 0
-    for number, raw in enumerate(stream, start=1):
-        line = raw.rstrip(b"\r\n")
-        if not line.strip():
-            continue
-        try:
-            line.decode("utf-8")
-        except UnicodeDecodeError:
-            raise GatewayError(
-                400, "invalid_file", f"line {number} is not UTF-8 text (a batch file is JSONL)"
-            ) from None
-        count += 1
-        if count > max_lines:
-            raise GatewayError(
-                400,
-                "too_many_lines",
-                f"the file has more than {max_lines} lines (batches.max_lines)",
-            )
-        yield line
 
 
 class BatchApi:
@@ -151,11 +130,22 @@ class BatchApi:
             if size == 0:
                 raise GatewayError(400, "empty_file", "the file is empty", param="file")
             name = (upload.filename or "upload.jsonl")[:256]
+            now = int(time.time())
+            until = expires_at(form, self.spec, now)
             upload.file.seek(0)
-            lines = _lines(upload.file, self.spec.max_lines)
+            lines = bounded_lines(upload.file, self.spec.max_lines, self.spec.max_line_bytes)
             row = await self.backend.create_file(
-                tenant, "batch", name, size, lines, int(time.time())
+                tenant,
+                "batch",
+                name,
+                size,
+                lines,
+                now,
+                expires_at=until,
+                quota=self.spec.quota.of(tenant),
             )
+        except QuotaExceededError as exc:
+            raise quota_refusal(exc, self.spec) from None
         finally:
             await form.close()
         if row["lines"] == 0:
@@ -168,15 +158,18 @@ class BatchApi:
         after, limit = _page(request)
         purpose = request.query_params.get("purpose")
         rows, more = await self.backend.list_files(tenant, purpose, after, limit)
-        return _json(_listing([file_object(r) for r in rows], more))
+        now = time.time()
+        return _json(_listing([file_object(r) for r in rows if not _expired(r, now)], more))
+
+    async def _file(self, tenant: str, file_id: str) -> Record:
+        row = await self.backend.get_file(tenant, file_id)
+        if row is None or _expired(row, time.time()):
+            raise _not_found("file", file_id)
+        return row
 
     async def get_file(self, request: Request, tenant: str) -> Response:
         """``GET /v1/files/{id}``."""
-        file_id = request.path_params["file_id"]
-        row = await self.backend.get_file(tenant, file_id)
-        if row is None:
-            raise _not_found("file", file_id)
-        return _json(file_object(row))
+        return _json(file_object(await self._file(tenant, request.path_params["file_id"])))
 
     async def delete_file(self, request: Request, tenant: str) -> Response:
         """``DELETE /v1/files/{id}``."""
@@ -188,9 +181,7 @@ class BatchApi:
     async def content(self, request: Request, tenant: str) -> Response:
         """``GET /v1/files/{id}/content``: the file's lines, streamed page by page."""
         file_id = request.path_params["file_id"]
-        row = await self.backend.get_file(tenant, file_id)
-        if row is None:
-            raise _not_found("file", file_id)
+        await self._file(tenant, file_id)
 
         async def pages() -> AsyncIterator[bytes]:
             start = 0
@@ -203,9 +194,10 @@ class BatchApi:
     async def create(self, request: Request, tenant: str) -> Response:
         """``POST /v1/batches``: a batch of the tenant's input file, in the lane named by
         ``X-Sluicegate-Lane`` (default ``batches.lane``)."""
-        body = await request.body()
-        if len(body) > MAX_CREATE_BYTES:
-            raise GatewayError(413, "request_too_large", f"body exceeds {MAX_CREATE_BYTES} bytes")
+        try:
+            body = await read_capped(request, MAX_CREATE_BYTES)
+        except ClientDisconnect:
+            return Response(status_code=400)
         try:
             data = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -237,9 +229,7 @@ class BatchApi:
             raise GatewayError(
                 400, "invalid_request", "input_file_id is required", param="input_file_id"
             )
-        file = await self.backend.get_file(tenant, file_id)
-        if file is None:
-            raise _not_found("file", file_id)
+        file = await self._file(tenant, file_id)
         if file["purpose"] != "batch":
             raise GatewayError(
                 400,
@@ -247,16 +237,20 @@ class BatchApi:
                 "input_file_id must be a file of purpose 'batch'",
                 param="input_file_id",
             )
-        row = await self.backend.create_batch(
-            tenant,
-            file_id,
-            endpoint,
-            window,
-            window_s,
-            lane,
-            metadata,
-            int(time.time()),
-        )
+        try:
+            row = await self.backend.create_batch(
+                tenant,
+                file_id,
+                endpoint,
+                window,
+                window_s,
+                lane,
+                metadata,
+                int(time.time()),
+                quota=self.spec.quota.of(tenant),
+            )
+        except QuotaExceededError as exc:
+            raise quota_refusal(exc, self.spec) from None
         return _json(batch_object(row, Counts()))
 
     def _lane(self, request: Request, tenant: str) -> str:
@@ -312,6 +306,12 @@ async def _read_form(request: Request) -> FormData:
             if id(file) not in kept:
                 file.close()
     return form
+
+
+def _expired(row: Record, now: float) -> bool:
+    """Whether a file is past its ``expires_at`` (the sweeper deletes it soon)."""
+    until = row.get("expires_at")
+    return until is not None and until <= now
 
 
 def _page(request: Request) -> tuple[str | None, int]:

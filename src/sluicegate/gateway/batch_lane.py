@@ -1,4 +1,5 @@
-"""The batch lane in a gateway process: its database, API routes, runner and metrics.
+"""The batch lane in a gateway process: its database, API routes, runner, sweeper and
+metrics.
 
 Built by ``build_app`` when the config has a ``batches:`` section; started and
 stopped with the app. Without one, ``/v1/files`` and ``/v1/batches`` answer 404
@@ -24,6 +25,7 @@ from sluicegate.config import Config
 from sluicegate.gateway.batch_api import BatchApi
 from sluicegate.gateway.batch_metrics import BatchProgress
 from sluicegate.gateway.batch_runner import BatchRunner
+from sluicegate.gateway.batch_sweeper import BatchSweeper
 from sluicegate.gateway.errors import error_response
 from sluicegate.gateway.siblings import WorkerTopology
 from sluicegate.gateway.state import GatewayState
@@ -41,9 +43,12 @@ def open_backend(config: Config) -> BatchBackend:
     """
     spec = config.batches
     assert spec is not None
+    retention = spec.file_retention_s
     if spec.path is not None:
-        return SqliteBatches(spec.path)
-    return RedisBatches(config.store, prefix=config.distributed.key_prefix)
+        return SqliteBatches(spec.path, file_retention_s=retention)
+    return RedisBatches(
+        config.store, prefix=config.distributed.key_prefix, file_retention_s=retention
+    )
 
 
 class BatchLane:
@@ -63,7 +68,9 @@ class BatchLane:
         export = topology is None or topology.index == 0
         self.progress = BatchProgress(state.metrics.registry, export_gauges=export)
         self.runner = BatchRunner(state, spec, self.backend, inference, self.progress)
+        self.sweeper = BatchSweeper(spec, self.backend)
         self._task: asyncio.Task[None] | None = None
+        self._sweeping: asyncio.Task[None] | None = None
 
     @classmethod
     def of(
@@ -82,13 +89,18 @@ class BatchLane:
         return self.api.routes()
 
     async def start(self) -> None:
-        """Open the database and start the runner."""
+        """Open the database and start the runner and the sweeper."""
         await self.backend.open()
         self._task = asyncio.create_task(self.runner.run())
+        self._sweeping = asyncio.create_task(self.sweeper.run())
         log.info("batch lane running as %s", self.runner.owner)
 
     async def stop(self) -> None:
-        """Stop the runner, hand its lines back, close the database."""
+        """Stop the sweeper and the runner, hand its lines back, close the database."""
+        if self._sweeping is not None:
+            self._sweeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeping
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
