@@ -21,18 +21,39 @@ __all__ = ["redis_server"]  # the store tests' module-scoped redis-server fixtur
 BACKENDS = ("sqlite", "redis")
 
 
-def make_backend(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> BatchBackend:
-    """A new, unopened backend of ``kind`` with nothing in it (a new file, or a new key prefix)."""
+def make_backend(
+    kind: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    file_retention_s: int | None = None,
+) -> BatchBackend:
+    """A new, unopened backend of ``kind`` with nothing in it (a new file, or a new key
+    prefix), whose output files expire ``file_retention_s`` after they are written."""
     if kind == "sqlite":
-        return SqliteBatches(str(tmp_path / f"{new_id('b')}.db"))
+        return SqliteBatches(str(tmp_path / f"{new_id('b')}.db"), file_retention_s=file_retention_s)
     server: RedisServer = request.getfixturevalue("redis_server")
-    return RedisBatches(server.url, prefix=new_id("test"))
+    return RedisBatches(server.url, prefix=new_id("test"), file_retention_s=file_retention_s)
 
 
 @pytest.fixture(params=BACKENDS)
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BatchBackend]:
     """Each backend in turn, open and empty."""
     store = make_backend(request.param, tmp_path, request)
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+RETENTION_S = 1000
+"""The output-file retention of the ``retained`` backends."""
+
+
+@pytest.fixture(params=BACKENDS)
+async def retained(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BatchBackend]:
+    """Each backend in turn, open and empty, its output files kept ``RETENTION_S``."""
+    store = make_backend(request.param, tmp_path, request, RETENTION_S)
     await store.open()
     try:
         yield store

@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Awaitable, Iterator
 
 import orjson
 import pytest
 
-from sluicegate.batches.backend import BatchBackend, Counts, Result, Retry
-from tests.batches.conftest import LEASE_S, NOW, answer, content, line, new_batch, read
+from sluicegate.batches.backend import (
+    BatchBackend,
+    Counts,
+    Quota,
+    QuotaExceededError,
+    Result,
+    Retry,
+    Swept,
+)
+from tests.batches.conftest import (
+    ENDPOINT,
+    LEASE_S,
+    NOW,
+    RETENTION_S,
+    answer,
+    content,
+    line,
+    new_batch,
+    read,
+)
 
 
 async def test_files_are_stored_listed_paged_and_deleted_per_tenant(
@@ -337,3 +356,172 @@ async def test_a_batch_answered_in_full_completes_even_past_its_window(
     (claim,) = await backend.claim("m1", "A", 1, NOW, LEASE_S)
     await backend.record([answer(claim)], [], "A")
     assert await backend.finish_due(NOW + 100) == [(batch_id, "completed")]
+
+
+async def _refused(call: Awaitable[object]) -> QuotaExceededError:
+    with pytest.raises(QuotaExceededError) as refused:
+        await call
+    return refused.value
+
+
+async def test_file_quotas_hold_per_tenant_and_free_on_delete(backend: BatchBackend) -> None:
+    """Bytes and files count every file of a tenant; an upload past either is refused
+    before a line is stored (and names the earliest expiry); another tenant is unaffected;
+    a delete gives the room back."""
+    quota = Quota(max_bytes=100, max_files=3)
+    first = await backend.create_file(
+        "t1", "batch", "a", 60, [b"a"], NOW, expires_at=NOW + 50, quota=quota
+    )
+    refused = await _refused(backend.create_file("t1", "batch", "b", 41, [b"b"], NOW, quota=quota))
+    assert (refused.kind, refused.limit, refused.retry_at) == ("bytes", 100, NOW + 50)
+    await backend.create_file("t2", "batch", "b", 100, [b"b"], NOW, quota=quota)
+    await backend.create_file("t1", "batch", "c", 40, [b"c"], NOW, quota=quota)
+    await backend.create_file("t1", "batch", "d", 0, [b"d"], NOW, quota=quota)
+    refused = await _refused(backend.create_file("t1", "batch", "e", 0, [b"e"], NOW, quota=quota))
+    assert (refused.kind, refused.limit) == ("files", 3)
+    files, _ = await backend.list_files("t1", None, None, 10)
+    assert [f["filename"] for f in files] == ["d", "c", "a"]
+    assert await backend.delete_file("t1", first["id"])
+    await backend.create_file("t1", "batch", "f", 60, [b"f"], NOW, quota=quota)
+
+
+async def test_two_uploads_at_once_cannot_both_take_the_last_bytes(
+    backend: BatchBackend,
+) -> None:
+    """The quota is reserved atomically before the lines are written: of two concurrent
+    uploads that each fit alone, one is stored and the other refused, whole."""
+    quota = Quota(max_bytes=100)
+    lines = [f"line {i}".encode() for i in range(3000)]
+    outcomes = await asyncio.gather(
+        backend.create_file("t1", "batch", "a", 60, lines, NOW, quota=quota),
+        backend.create_file("t1", "batch", "b", 60, lines, NOW, quota=quota),
+        return_exceptions=True,
+    )
+    assert sorted(type(o).__name__ for o in outcomes) == ["QuotaExceededError", "dict"]
+    files, _ = await backend.list_files("t1", None, None, 10)
+    assert len(files) == 1
+    assert await content(backend, files[0]["id"]) == lines
+
+
+async def test_a_failed_upload_gives_its_reservation_back(backend: BatchBackend) -> None:
+    """An upload whose lines raise stores nothing and holds none of the quota."""
+    quota = Quota(max_bytes=100, max_files=1)
+
+    def lines() -> Iterator[bytes]:
+        yield from (b"a" for _ in range(2500))
+        raise ValueError("upload broke")
+
+    with pytest.raises(ValueError, match="upload broke"):
+        await backend.create_file("t1", "batch", "a", 100, lines(), NOW, quota=quota)
+    stored = await backend.create_file("t1", "batch", "b", 100, [b"b"], NOW, quota=quota)
+    assert stored["bytes"] == 100
+
+
+async def test_active_batches_are_bounded_until_one_ends(backend: BatchBackend) -> None:
+    """``max_active_batches`` counts batches not yet over: the next create is refused
+    (naming the earliest window end) until one ends; another tenant is unaffected."""
+    quota = Quota(max_active_batches=2)
+    file = await backend.create_file("t1", "batch", "in", 5, [line("a")], NOW)
+    theirs = await backend.create_file("t2", "batch", "in", 5, [line("a")], NOW)
+    ids = []
+    for window_s in (600, 300):
+        row = await backend.create_batch(
+            "t1", file["id"], ENDPOINT, f"{window_s}s", window_s, "b", None, NOW, quota=quota
+        )
+        ids.append(row["id"])
+    refused = await _refused(
+        backend.create_batch("t1", file["id"], ENDPOINT, "1h", 3600, "b", None, NOW, quota=quota)
+    )
+    assert (refused.kind, refused.limit, refused.retry_at) == ("active_batches", 2, NOW + 300)
+    await backend.create_batch(
+        "t2", theirs["id"], ENDPOINT, "1h", 3600, "b", None, NOW, quota=quota
+    )
+    await backend.validate_pending(read, NOW + 1)
+    await backend.cancel_batch("t1", ids[0], NOW + 2)
+    await _refused(
+        backend.create_batch("t1", file["id"], ENDPOINT, "1h", 3600, "b", None, NOW, quota=quota)
+    )
+    assert (ids[0], "cancelled") in await backend.finish_due(NOW + 3)
+    await backend.create_batch("t1", file["id"], ENDPOINT, "1h", 3600, "b", None, NOW, quota=quota)
+
+
+async def test_output_files_count_against_the_tenant_and_expire(retained: BatchBackend) -> None:
+    """A batch's output and error files belong to its tenant's bytes and files, and expire
+    ``file_retention_s`` after they were written."""
+    batch_id = await new_batch(retained, [line("a"), b"not json"])
+    await retained.validate_pending(read, NOW + 1)
+    claims = await retained.claim("m1", "A", 10, NOW + 1, LEASE_S)
+    await retained.record([answer(claims[0])], [], "A")
+    assert await retained.finish_due(NOW + 2) == [(batch_id, "completed")]
+    row = await retained.get_batch("t1", batch_id)
+    assert row is not None
+    output = await retained.get_file("t1", row["output_file_id"])
+    errors = await retained.get_file("t1", row["error_file_id"])
+    assert output is not None and errors is not None
+    assert output["expires_at"] == errors["expires_at"] == NOW + 2 + RETENTION_S
+    stored = 100 + output["bytes"] + errors["bytes"]
+    await _refused(
+        retained.create_file("t1", "batch", "x", 1, [b"x"], NOW, quota=Quota(max_bytes=stored))
+    )
+    await _refused(
+        retained.create_file("t1", "batch", "x", 0, [b"x"], NOW, quota=Quota(max_files=3))
+    )
+    await retained.sweep(NOW + 2 + RETENTION_S, None, 100)
+    assert await retained.get_file("t1", output["id"]) is None
+    await retained.create_file("t1", "batch", "x", 1, [b"x"], NOW, quota=Quota(max_bytes=101))
+
+
+async def test_the_sweep_deletes_expired_files_once_and_frees_their_quota(
+    backend: BatchBackend,
+) -> None:
+    """A file is kept until its ``expires_at`` and deleted by the first sweep at or after
+    it, lines and all, in steps of ``limit``; a second sweep finds nothing; the quota it
+    held is free again."""
+    quota = Quota(max_bytes=300)
+    for i in range(3):
+        await backend.create_file(
+            "t1", "batch", f"f{i}", 100, [b"x"] * 1500, NOW, expires_at=NOW + 10, quota=quota
+        )
+    kept = await backend.create_file("t1", "batch", "kept", 0, [b"k"], NOW, quota=quota)
+    assert await backend.sweep(NOW + 9, None, 10) == Swept()
+    assert await backend.sweep(NOW + 10, None, 2) == Swept(files=2)
+    assert await backend.sweep(NOW + 10, None, 2) == Swept(files=1)
+    assert await backend.sweep(NOW + 10, None, 2) == Swept()
+    files, _ = await backend.list_files("t1", None, None, 10)
+    assert [f["id"] for f in files] == [kept["id"]]
+    await backend.create_file("t1", "batch", "again", 300, [b"a"], NOW, quota=quota)
+
+
+async def test_a_batch_whose_input_expired_still_runs_its_lines(backend: BatchBackend) -> None:
+    """The lines of a batch were copied when it was checked: its input file expiring (and
+    swept) does not stop it."""
+    file = await backend.create_file(
+        "t1", "batch", "in", 5, [line("a"), line("b")], NOW, expires_at=NOW + 5
+    )
+    batch = await backend.create_batch("t1", file["id"], ENDPOINT, "1h", 3600, "b", None, NOW)
+    await backend.validate_pending(read, NOW + 1)
+    assert await backend.sweep(NOW + 5, None, 10) == Swept(files=1)
+    claims = await backend.claim("m1", "A", 10, NOW + 6, LEASE_S)
+    assert [c.custom_id for c in claims] == ["a", "b"]
+    await backend.record([answer(c) for c in claims], [], "A")
+    assert await backend.finish_due(NOW + 7) == [(batch["id"], "completed")]
+    assert await backend.batch_counts(batch["id"]) == Counts(completed=2)
+
+
+async def test_batches_over_for_their_retention_are_swept(backend: BatchBackend) -> None:
+    """A batch is deleted ``batch_retention_s`` after it ended (not before, and never while
+    it runs), with its counts; listing and progress no longer show it."""
+    running = await new_batch(backend, [line("a")])
+    ended = await new_batch(backend, [line("b")])
+    await backend.validate_pending(read, NOW + 1)
+    await backend.cancel_batch("t1", ended, NOW + 2)
+    await backend.finish_due(NOW + 3)
+    assert await backend.sweep(NOW + 3 + 99, 100, 10) == Swept()
+    assert await backend.sweep(NOW + 3 + 100, 100, 10) == Swept(batches=1)
+    assert await backend.sweep(NOW + 3 + 100, 100, 10) == Swept()
+    assert await backend.get_batch("t1", ended) is None
+    page, _ = await backend.list_batches("t1", None, 10)
+    assert [b["id"] for b in page] == [running]
+    _, statuses = await backend.progress()
+    assert statuses == {"in_progress": 1}
+    assert await backend.sweep(NOW + 10**6, 100, 10) == Swept()

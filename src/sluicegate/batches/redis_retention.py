@@ -100,9 +100,10 @@ class RedisRetention:
     def __init__(self, client: aioredis.Redis, base: str) -> None:
         self._redis = client
         self.base = base
+        sources = {**SCRIPTS, "DELETE_FILE": redis_lua.SCRIPTS["DELETE_FILE"]}
         self._scripts = {
             name: client.register_script(redis_lua.PRELUDE + source)
-            for name, source in SCRIPTS.items()
+            for name, source in sources.items()
         }
 
     async def _run(self, script: str, *args: object) -> Any:
