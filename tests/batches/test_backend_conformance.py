@@ -457,7 +457,8 @@ async def test_output_files_count_against_the_tenant_and_expire(retained: BatchB
     assert row is not None
     output = await retained.get_file("t1", row["output_file_id"])
     errors = await retained.get_file("t1", row["error_file_id"])
-    assert output is not None and errors is not None
+    assert output is not None
+    assert errors is not None
     assert output["expires_at"] == errors["expires_at"] == NOW + 2 + RETENTION_S
     stored = 100 + output["bytes"] + errors["bytes"]
     await _refused(

@@ -223,9 +223,12 @@ def test_a_long_line_is_never_held_whole(gateway: BatchStack) -> None:
     soon as it passes the limit (the old code held it ≈ 3.2 times)."""
     assert gateway.gateway is not None
     data = _jsonl_with_long_line(96 * MiB)
-    with gateway.client() as sdk, PeakRss(gateway.gateway.proc.pid) as rss:
-        with pytest.raises(openai.BadRequestError) as refused:
-            sdk.files.create(file=("long.jsonl", io.BytesIO(data)), purpose="batch")
+    with (
+        gateway.client() as sdk,
+        PeakRss(gateway.gateway.proc.pid) as rss,
+        pytest.raises(openai.BadRequestError) as refused,
+    ):
+        sdk.files.create(file=("long.jsonl", io.BytesIO(data)), purpose="batch")
     print(f"96 MiB line: peak RSS growth {rss.growth / MiB:.1f} MiB")
     assert isinstance(refused.value.body, dict)
     assert refused.value.body["code"] == "line_too_large"
