@@ -10,6 +10,7 @@ sweeper deletes expired files and batches past their retention, which are 404 af
 from __future__ import annotations
 
 import io
+import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +19,8 @@ from pathlib import Path
 import openai
 import pytest
 
+from sluicegate.batches.backend import Quota, QuotaExceededError, Swept
+from sluicegate.batches.sqlite_backend import SqliteBatches
 from tests.batches.batch_harness import (
     KEY_A,
     KEY_B,
@@ -191,3 +194,39 @@ def test_an_expired_file_is_404_before_it_is_swept(tmp_path: Path) -> None:
             assert (status, error["code"]) == (404, "not_found")
         assert list(sdk.files.list()) == []
         assert KEY_A  # the file was tenant a's
+
+
+V1_FILES = """
+CREATE TABLE files (
+    seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, tenant TEXT NOT NULL,
+    purpose TEXT NOT NULL, filename TEXT NOT NULL, bytes INTEGER NOT NULL,
+    lines INTEGER NOT NULL, created_at INTEGER NOT NULL
+)"""
+
+
+async def test_a_version_1_database_gets_expiry_and_quotas(tmp_path: Path) -> None:
+    """A batch database written before quotas and expiry (schema 1) opens: its files get
+    ``created_at + file_retention`` as their expiry, count against the quota, and are
+    swept when it comes."""
+    path = tmp_path / "v1.db"
+    conn = sqlite3.connect(path)
+    conn.execute(V1_FILES)
+    conn.execute(
+        "INSERT INTO files (id, tenant, purpose, filename, bytes, lines, created_at)"
+        " VALUES ('file-old', 'a', 'batch', 'old.jsonl', 500, 0, 1000)"
+    )
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    backend = SqliteBatches(str(path), file_retention_s=100)
+    await backend.open()
+    try:
+        old = await backend.get_file("a", "file-old")
+        assert old is not None
+        assert old["expires_at"] == 1100
+        with pytest.raises(QuotaExceededError):
+            await backend.create_file("a", "batch", "n", 1, [b"x"], 1050, quota=Quota(500))
+        assert await backend.sweep(1100, None, 10) == Swept(files=1)
+        await backend.create_file("a", "batch", "n", 1, [b"x"], 1100, quota=Quota(500))
+    finally:
+        await backend.close()
