@@ -21,6 +21,7 @@ import pytest
 
 from sluicegate.batches.backend import Quota, QuotaExceededError, Swept
 from sluicegate.batches.sqlite_backend import SqliteBatches
+from sluicegate.config import ConfigError, parse_config
 from tests.batches.batch_harness import (
     KEY_A,
     KEY_B,
@@ -238,3 +239,31 @@ async def test_a_version_1_database_gets_expiry_and_quotas(tmp_path: Path) -> No
         await backend.create_file("a", "batch", "n", 1, [b"x"], 1100, quota=Quota(500))
     finally:
         await backend.close()
+
+
+BASE = """models:
+  - name: m
+    lanes: [{name: best_effort}]
+tenants:
+  - {name: a, api_key_env: KEY_A, default_lane: best_effort}
+batches:
+  path: /tmp/b.db
+"""
+OWN = "  quota:\n    max_files: 7\n    tenants:\n      a: {max_bytes: 5, max_files: null}\n"
+
+
+def test_quota_and_retention_settings_are_checked() -> None:
+    """A per-tenant quota names a configured tenant, and falls back field by field to the
+    defaults (``null``: no limit); a retention is a duration or ``null``."""
+    config = parse_config(BASE + OWN)
+    assert config.batches is not None
+    assert config.batches.quota.of("a") == Quota(max_bytes=5, max_files=None, max_active_batches=20)
+    assert config.batches.quota.of("anonymous") == Quota(1024**3, 7, 20)
+    assert config.batches.file_retention_s == 30 * 86400
+    with pytest.raises(ConfigError, match="no such tenants"):
+        parse_config(BASE + "  quota:\n    tenants:\n      nobody: {max_files: 1}\n")
+    with pytest.raises(ConfigError, match="file_retention"):
+        parse_config(BASE + "  file_retention: forever\n")
+    off = parse_config(BASE + "  file_retention: null\n  batch_retention: null\n").batches
+    assert off is not None
+    assert (off.file_retention_s, off.batch_retention_s) == (None, None)
