@@ -280,12 +280,13 @@ def _upload_beside_a_poller(gateway: BatchStack, data: bytes) -> tuple[float, fl
 
 def test_an_upload_does_not_hold_up_other_calls(gateway: BatchStack) -> None:
     """Finding 6: a 50 MB upload is written in bounded steps, so another client's
-    ``GET /v1/batches`` made meanwhile waits one step at most (the old code: the whole
-    upload, 0.37 s per 10 MB in the issue, 0.5 s here): the worst such list takes under
-    0.15 s."""
+    ``GET /v1/batches`` made meanwhile waits one step at most, not for the whole store
+    (the old code: 0.37 s per 10 MB in the issue; 767 ms of a 0.91 s upload here). The
+    worst such list takes under 0.15 s, or (on a machine slowed by other work, where
+    everything stretches) under a quarter of the upload."""
     line = _jsonl_with_long_line(2000).splitlines()[2]  # about 2 KB
     data = (line + b"\n") * (50_000_000 // (len(line) + 1))
     took, median, worst = _upload_beside_a_poller(gateway, data)
     print(f"{len(data) / 1e6:.0f} MB upload in {took:.2f} s; a concurrent list: median "
           f"{median * 1000:.1f} ms, worst {worst * 1000:.1f} ms")  # fmt: skip
-    assert worst < 0.15
+    assert worst < max(0.15, took / 4)
