@@ -95,7 +95,10 @@ if due ~= '' then
 end
 if owner ~= tenant then return 0 end
 local size = tonumber(redis.call('HGET', fk, 'bytes') or '0')
-redis.call('HINCRBY', B .. 'usage:' .. tenant, 'bytes', -size)
+-- a file stored before quotas existed was never counted: the counter stops at 0
+if redis.call('HINCRBY', B .. 'usage:' .. tenant, 'bytes', -size) < 0 then
+  redis.call('HSET', B .. 'usage:' .. tenant, 'bytes', 0)
+end
 redis.call('DEL', fk)
 redis.call('UNLINK', B .. 'fl:' .. id)
 redis.call('ZREM', B .. 'files:' .. tenant, id)
