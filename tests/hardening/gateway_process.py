@@ -11,7 +11,7 @@ from __future__ import annotations
 import http.client
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,15 +22,22 @@ from tests.distributed.cluster import Child, spawn, stop_children, wait_ready
 MODEL = "tiny"
 
 
-def gateway_yaml(port: int, engine_url: str, server: str = "", model: str = "") -> str:
-    """A one-model, one-backend config on ``port``; ``server`` and ``model`` are extra
-    flow-mapping keys (``"a: 1, b: 2"``) of ``server`` and of the model."""
+def gateway_yaml(
+    port: int,
+    engine_url: str,
+    server: str = "",
+    model: str = "",
+    models: Sequence[tuple[str, str]] = ((MODEL, "vllm"),),
+) -> str:
+    """A config on ``port`` whose ``models`` (name, engine kind) each have one backend at
+    ``engine_url``; ``server`` and ``model`` are extra flow-mapping keys (``"a: 1, b: 2"``)
+    of ``server`` and of every model."""
     server_keys = f"port: {port}, admin_key_env: null" + (f", {server}" if server else "")
     model_keys = f", {model}" if model else ""
-    return (
-        f"server: {{{server_keys}}}\n"
-        f"models:\n  - {{name: {MODEL}, max_inflight_tokens: off{model_keys},"
-        f" backends: [{{name: e0, url: '{engine_url}', engine: vllm}}]}}\n"
+    return f"server: {{{server_keys}}}\nmodels:\n" + "".join(
+        f"  - {{name: {name}, max_inflight_tokens: off{model_keys},"
+        f" backends: [{{name: e0, url: '{engine_url}', engine: {kind}}}]}}\n"
+        for name, kind in models
     )
 
 
@@ -71,16 +78,32 @@ class GatewayProcess:
         """The end of its output."""
         return self.child.log_tail(4000)
 
+    def log_size(self) -> int:
+        """How many bytes of output it has written so far."""
+        return self.child.log.stat().st_size
+
+    def log_since(self, offset: int) -> str:
+        """Its output after the first ``offset`` bytes."""
+        with self.child.log.open("rb") as log:
+            log.seek(offset)
+            return log.read().decode(errors="replace")
+
 
 @contextmanager
 def gateway_process(
-    engine_url: str, log_dir: Path, *, server: str = "", model: str = "", pythonpath: str = ""
+    engine_url: str,
+    log_dir: Path,
+    *,
+    server: str = "",
+    model: str = "",
+    models: Sequence[tuple[str, str]] = ((MODEL, "vllm"),),
+    pythonpath: str = "",
 ) -> Iterator[GatewayProcess]:
     """``sluicegate serve`` in front of ``engine_url`` (see ``gateway_yaml``), ready to
     serve; ``pythonpath`` runs another checkout's source. Stopped on exit."""
     port = free_port()
     path = log_dir / "gateway.yaml"
-    path.write_text(gateway_yaml(port, engine_url, server, model))
+    path.write_text(gateway_yaml(port, engine_url, server, model, models))
     env = {"PYTHONPATH": pythonpath} if pythonpath else {}
     child = spawn("gateway", ["serve", "--config", str(path)], port, log_dir, env)
     try:

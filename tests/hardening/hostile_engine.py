@@ -65,10 +65,20 @@ def completion(text: str, *, request_id: str = "cmpl-hostile") -> bytes:
     return orjson.dumps(body)
 
 
-def answer(body: bytes, content_type: bytes = b"application/json") -> bytes:
-    """A keep-alive 200 with ``body``."""
-    head = b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
-    return head % (content_type, len(body)) + body
+def answer(body: bytes, request_id: bytes, content_type: bytes = b"application/json") -> bytes:
+    """A keep-alive 200 with ``body``, echoing ``request_id`` as vLLM does when started with
+    ``--enable-request-id-headers``."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nX-Request-Id: %s\r\nContent-Length: %d\r\n\r\n"
+    return head % (content_type, request_id, len(body)) + body
+
+
+def stream(text: str) -> bytes:
+    """An event stream whose one chunk is ``text``, with usage, ending in ``[DONE]``."""
+    chunk = orjson.loads(completion(text))
+    chunk["choices"][0]["finish_reason"] = None
+    chunk.pop("usage")
+    last = orjson.loads(completion(""))
+    return b"data: %s\n\ndata: %s\n\ndata: [DONE]\n\n" % (orjson.dumps(chunk), orjson.dumps(last))
 
 
 class HostileEngine:
@@ -104,9 +114,7 @@ class HostileEngine:
             loop = asyncio.new_event_loop()
             asyncio.set_event_loop(loop)
             self._loop = loop
-            server = loop.run_until_complete(
-                asyncio.start_server(self._connection, "127.0.0.1", 0)
-            )
+            server = loop.run_until_complete(asyncio.start_server(self._connection, "127.0.0.1", 0))
             self.port = int(server.sockets[0].getsockname()[1])
             ready.set()
             try:
@@ -137,14 +145,15 @@ class HostileEngine:
         self.connections += 1
         try:
             while (request := await _read_request(reader)) is not None:
-                method, path, body = request
+                method, path, request_id, body = request
                 if method != "POST" or not path.startswith("/v1/"):
                     status = b"200 OK" if path == "/health" else b"404 Not Found"
                     writer.write(b"HTTP/1.1 %s\r\nContent-Length: 2\r\n\r\n{}" % status)
                     continue
                 self.requests += 1
                 parsed = orjson.loads(body)
-                if not await self._answer(writer, str(parsed.get("prompt", ""))):
+                prompt, streamed = str(parsed.get("prompt", "")), bool(parsed.get("stream"))
+                if not await self._answer(writer, prompt, streamed, request_id):
                     break
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
@@ -154,18 +163,24 @@ class HostileEngine:
             with suppress(ConnectionError):
                 await writer.wait_closed()
 
-    async def _answer(self, writer: asyncio.StreamWriter, prompt: str) -> bool:
+    async def _answer(
+        self, writer: asyncio.StreamWriter, prompt: str, streamed: bool, request_id: bytes
+    ) -> bool:
         """Answer one request; whether the connection may serve another."""
         mode = self.mode
         if mode is Mode.HEALTHY:
-            writer.write(answer(completion(prompt)))
+            if streamed:
+                writer.write(answer(stream(prompt), request_id, b"text/event-stream"))
+            else:
+                writer.write(answer(completion(prompt), request_id))
             return True
         if mode is Mode.UNSOLICITED:
-            writer.write(answer(completion(prompt)))
+            # The second answer is the first one's duplicate: it carries the same request id.
+            writer.write(answer(completion(prompt), request_id))
             if self.unsolicited_after_s:
                 await writer.drain()
                 await asyncio.sleep(self.unsolicited_after_s)
-            writer.write(answer(completion(UNSOLICITED_TEXT)))
+            writer.write(answer(completion(UNSOLICITED_TEXT), request_id))
             return True
         if mode is Mode.CLOSE_MID_BODY:
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"x" * 100)
@@ -207,7 +222,9 @@ class HostileEngine:
 
 def _header_lines() -> Iterator[bytes]:
     for start in itertools.count(0, 1000):
-        yield b"".join(b"X-Hostile-%09d: %s\r\n" % (i, b"v" * 40) for i in range(start, start + 1000))
+        yield b"".join(
+            b"X-Hostile-%09d: %s\r\n" % (i, b"v" * 40) for i in range(start, start + 1000)
+        )
 
 
 def _interim_heads() -> Iterator[bytes]:
@@ -241,27 +258,31 @@ _FLOODS = {
 }
 
 
-async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, bytes] | None:
-    """(method, path, body) of one request, or None if the peer closed first."""
+async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, bytes, bytes] | None:
+    """(method, path, X-Request-Id, body) of one request, or None if the peer closed first."""
     try:
         head = await reader.readuntil(b"\r\n\r\n")
     except asyncio.IncompleteReadError:
         return None
     lines = head.decode("latin-1").split("\r\n")
     method, path, _ = lines[0].split(" ", 2)
-    length = 0
+    length, request_id = 0, b"-"
     for line in lines[1:]:
         name, _, value = line.partition(":")
         if name.strip().lower() == "content-length":
             length = int(value)
+        elif name.strip().lower() == "x-request-id":
+            request_id = value.strip().encode("latin-1")
     body = await reader.readexactly(length) if length else b""
-    return method, path, body
+    return method, path, request_id, body
 
 
 @contextmanager
-def hostile_engine(mode: Mode = Mode.HEALTHY, **budget: float) -> Iterator[HostileEngine]:
+def hostile_engine(
+    mode: Mode = Mode.HEALTHY, *, budget_bytes: int = 1 << 30, budget_s: float = 60.0
+) -> Iterator[HostileEngine]:
     """A started :class:`HostileEngine`, stopped on exit."""
-    engine = HostileEngine(mode, **budget)  # type: ignore[arg-type]
+    engine = HostileEngine(mode, budget_bytes=budget_bytes, budget_s=budget_s)
     engine.start()
     try:
         yield engine
