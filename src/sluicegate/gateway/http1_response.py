@@ -193,8 +193,8 @@ class Http1Response:
 
     def connection_lost(self, exc: Exception | None) -> None:
         """The connection closed: the end of a body read to EOF if the engine closed it
-        cleanly, else a failure."""
-        if self._done:
+        cleanly, else a failure (a failed answer stays failed)."""
+        if self._done or self._error is not None:
             return
         if exc is None and self.has_head and self._reads_to_eof():
             self.complete()
