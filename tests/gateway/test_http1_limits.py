@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
+import uvloop
 
 from sluicegate.gateway.errors import GatewayError
 from sluicegate.gateway.http1 import (
@@ -208,7 +210,8 @@ async def test_body_over_the_cap_is_refused_as_it_arrives(chunked: bool) -> None
 
     async def handler(server: RawServer, conn: Conn) -> None:
         await conn.read_request()
-        conn.writer.write(b"HTTP/1.1 200 OK\r\n" + encoding + b"\r\n")
+        await conn.send(b"HTTP/1.1 200 OK\r\n" + encoding + b"\r\n")
+        await asyncio.sleep(0.1)  # the cap is set before the body comes
         sent.append(await flood(conn, framed))
 
     async with raw_server(handler) as server, capped_pool() as pool:
@@ -257,7 +260,9 @@ async def test_bytes_on_an_idle_pooled_connection_close_it() -> None:
 
 
 @pytest.mark.parametrize(("echoed", "refused"), [(b"r1", False), (b"r0", True)])
-async def test_an_answer_echoing_another_request_id_is_refused(echoed: bytes, refused: bool) -> None:
+async def test_an_answer_echoing_another_request_id_is_refused(
+    echoed: bytes, refused: bool
+) -> None:
     """An engine that echoes ``X-Request-Id`` (vLLM's ``--enable-request-id-headers``) says
     whose answer it sends: its own request's is read, another's is refused
     (``upstream_protocol_error``) and its connection closed."""
@@ -272,3 +277,31 @@ async def test_an_answer_echoing_another_request_id_is_refused(echoed: bytes, re
             response = await pool.post(server.url, HEAD, BODY, reuse=True, request_id="r1")
             assert await response.read() == b"{}"
             response.release()
+
+
+# ---------------------------------------------------------------------------------- uvloop
+
+
+async def _body_over_the_cap_chunked() -> None:
+    await test_body_over_the_cap_is_refused_as_it_arrives(chunked=True)
+
+
+async def _switching_protocols() -> None:
+    await test_switching_protocols_is_a_protocol_error_not_a_transport_crash()
+
+
+UVLOOP_BEHAVIOURS: list[Callable[[], Coroutine[Any, Any, None]]] = [
+    test_header_value_that_never_ends_is_refused_at_the_cap_in_little_cpu,
+    test_trailers_that_never_end_are_refused,
+    test_declared_length_over_the_body_cap_is_refused_at_once,
+    test_bytes_on_an_idle_pooled_connection_close_it,
+    _body_over_the_cap_chunked,
+    _switching_protocols,
+]
+
+
+@pytest.mark.parametrize("behaviour", UVLOOP_BEHAVIOURS, ids=lambda test: test.__name__)
+def test_limits_on_uvloop(behaviour: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """The same caps on uvloop, the gateway's loop."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(behaviour())
