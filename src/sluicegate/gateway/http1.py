@@ -117,6 +117,7 @@ class _Connection(asyncio.Protocol):
         self._room = 0
         self._fields = 0
         self._interim = 0
+        self._head_cap = pool.limits.head_bytes
 
     # ------------------------------------------------------------------ asyncio side
 
@@ -141,7 +142,7 @@ class _Connection(asyncio.Protocol):
                 received = response.received
                 self._parser.feed_data(data)
                 if response.received != received:
-                    self._room = self.pool.limits.head_bytes
+                    self._room = self._head_cap
                 else:  # no body in this read: chunk framing or trailers only
                     self._room -= len(data)
                     if self._room < 0:
@@ -168,7 +169,7 @@ class _Connection(asyncio.Protocol):
         self._parser.feed_data(data[:room])
         if not response.has_head:
             raise _head_too_large(f"a head over {self.pool.limits.head_bytes} bytes")
-        self._room = self.pool.limits.head_bytes
+        self._room = self._head_cap
         self._parser.feed_data(data[room:])
 
     def _refuse(self, response: Http1Response, error: UpstreamError) -> None:
@@ -233,12 +234,9 @@ class _Connection(asyncio.Protocol):
         """Write a request whose answer goes to ``response``."""
         assert self.transport is not None
         self._response = response
-        limits = self.pool.limits
-        self._room, self._fields, self._interim = (
-            limits.head_bytes,
-            limits.headers,
-            MAX_INTERIM_ANSWERS,
-        )
+        self._room = self._head_cap
+        self._fields = self.pool.limits.headers
+        self._interim = MAX_INTERIM_ANSWERS
         self.transport.writelines((head, body))
 
     def detach(self) -> None:
