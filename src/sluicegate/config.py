@@ -78,6 +78,20 @@ class ServerSpec(BaseModel):
     )
     max_header_bytes: int = Field(32 * 1024, ge=1024, description="request line + headers (431)")
     max_headers: int = Field(100, ge=8, description="header fields per request (431)")
+    max_upstream_head_bytes: int = Field(
+        64 * 1024,
+        ge=1024,
+        le=16 * 1024 * 1024,
+        description="an engine answer's status lines and headers, 1xx answers included (502)",
+    )
+    max_upstream_headers: int = Field(
+        100, ge=8, le=10_000, description="header fields of an engine answer (502)"
+    )
+    max_upstream_body_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=64 * 1024,
+        description="an engine answer read whole (non-streamed), as it arrives (502)",
+    )
     dashboard: bool = Field(True, description="serve the live page /dashboard (admin key)")
 
 

@@ -112,6 +112,11 @@ class StreamAssembler:
         self.model = ""
 
     @property
+    def overflowed(self) -> bool:
+        """Whether an event went over the splitter's cap (``sse.MAX_EVENT_BYTES``)."""
+        return self._splitter.overflowed
+
+    @property
     def progress(self) -> int:
         """Content chunks so far: those read, plus one per ``data:`` field of the held reads
         (which may count an opening, closing or usage event as one)."""

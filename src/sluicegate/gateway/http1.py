@@ -9,8 +9,18 @@ request is one ``writelines`` of a pre-built head and the body, and the answer i
 in ``data_received`` straight into the response's buffer: one future for the head, one
 per wait for more body.
 
-Flow control: when more than ``READ_BUFFER_BYTES`` of an answer are buffered unread
-(a client slower than its engine), the connection stops reading until they are taken.
+The answer itself, its flow control and the client's errors are in ``http1_response.py``.
+
+Bounds (``UpstreamLimits``): an answer's head is counted before httptools sees it
+(httptools joins a header value that arrives over many reads by concatenation, so an
+unbounded one costs quadratic CPU), across interim (1xx) answers too; header fields and
+interim answers are counted; a body read whole is capped as it arrives
+(``Http1Response.limit_body``); and bytes of chunk framing or trailers with no body
+between them count against the head cap. Over a cap, or on anything that is not one
+HTTP answer to the request sent (a malformed answer, a ``101``, a second answer, bytes
+on an idle connection, another request's ``X-Request-Id``), the connection is closed,
+never pooled, and the reader gets an ``UpstreamProtocolError`` whose ``code`` names
+what happened.
 """
 
 from __future__ import annotations
@@ -18,22 +28,48 @@ from __future__ import annotations
 import asyncio
 import base64
 import ssl
-from collections import deque
 from typing import NamedTuple, cast
 from urllib.parse import unquote, urlsplit
 
 import httptools
 
-READ_BUFFER_BYTES = 1024 * 1024
+from sluicegate.gateway.http1_response import (
+    READ_BUFFER_BYTES,
+    Http1Response,
+    StaleConnectionError,
+    UpstreamError,
+    UpstreamProtocolError,
+)
+
+__all__ = [
+    "READ_BUFFER_BYTES",
+    "Http1Pool",
+    "Http1Response",
+    "StaleConnectionError",
+    "UpstreamError",
+    "UpstreamLimits",
+    "UpstreamProtocolError",
+]
+
 MAX_IDLE_PER_HOST = 256
+MAX_INTERIM_ANSWERS = 8
+"""Interim (1xx) answers accepted before the final one (engines send one at most)."""
 
 
-class UpstreamError(Exception):
-    """The engine's connection failed: refused, dropped, or sent what is not HTTP."""
+class UpstreamLimits(NamedTuple):
+    """Caps on an engine's answer (``server.max_upstream_*``)."""
+
+    head_bytes: int = 64 * 1024  # status lines and headers, interim answers included
+    headers: int = 100  # header fields, interim answers' and trailers included
+    body_bytes: int = 256 * 1024 * 1024  # a body read whole (``Http1Response.limit_body``)
 
 
-class StaleConnectionError(UpstreamError):
-    """A pooled connection closed before any byte of the answer: safe to send again."""
+def _head_too_large(what: str) -> UpstreamProtocolError:
+    return UpstreamProtocolError("upstream_head_too_large", f"the engine's answer has {what}")
+
+
+def _protocol_error(message: str) -> UpstreamProtocolError:
+    return UpstreamProtocolError("upstream_protocol_error", message)
 
 
 class _Target(NamedTuple):
@@ -76,6 +112,12 @@ class _Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self._parser = httptools.HttpResponseParser(self)
         self._response: Http1Response | None = None
+        # What the current answer may still send: head bytes (then, once the head is in,
+        # framing bytes without body), header fields, interim answers.
+        self._room = 0
+        self._fields = 0
+        self._interim = 0
+        self._head_cap = pool.limits.head_bytes
 
     # ------------------------------------------------------------------ asyncio side
 
@@ -90,15 +132,50 @@ class _Connection(asyncio.Protocol):
             response.connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._response is None:  # nothing was asked: not an HTTP/1.1 engine
+        response = self._response
+        if response is None:  # nothing was asked (an idle pooled connection): not trusted
             self.close()
             return
-        self._response.any_byte = True
+        response.any_byte = True
         try:
+            if response.has_head:
+                received = response.received
+                self._parser.feed_data(data)
+                if response.received != received:
+                    self._room = self._head_cap
+                else:  # no body in this read: chunk framing or trailers only
+                    self._room -= len(data)
+                    if self._room < 0:
+                        raise _head_too_large("chunk framing or trailers over the head cap")
+            else:
+                self._feed_head(response, data)
+        except UpstreamError as exc:
+            self._refuse(response, exc)
+        except httptools.HttpParserUpgrade:
+            self._refuse(response, _protocol_error("the engine switched protocols"))
+        except httptools.HttpParserError as exc:
+            cause = exc.__context__  # an exception a callback raised
+            if not isinstance(cause, UpstreamError):
+                cause = _protocol_error("the engine sent a malformed HTTP answer")
+            self._refuse(response, cause)
+
+    def _feed_head(self, response: Http1Response, data: bytes) -> None:
+        """Parse a read that starts in the head, never more head bytes than the cap."""
+        room = self._room
+        if len(data) <= room:
+            self._room = room - len(data)
             self._parser.feed_data(data)
-        except httptools.HttpParserError:
-            self._response.fail(UpstreamError("the engine sent a malformed HTTP answer"))
-            self.close()
+            return
+        self._parser.feed_data(data[:room])
+        if not response.has_head:
+            raise _head_too_large(f"a head over {self.pool.limits.head_bytes} bytes")
+        self._room = self._head_cap
+        self._parser.feed_data(data[room:])
+
+    def _refuse(self, response: Http1Response, error: UpstreamError) -> None:
+        """The answer broke a cap or HTTP: it fails, and the connection closes."""
+        response.fail(error, discard=True)
+        self.close()
 
     # ------------------------------------------------------------------ httptools callbacks
 
@@ -107,11 +184,14 @@ class _Connection(asyncio.Protocol):
         response = self._response
         assert response is not None
         if response.has_head:
-            raise UpstreamError("the engine answered more than it was asked")
+            raise _protocol_error("the engine answered more than it was asked")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         """httptools: one header of the answer."""
         assert self._response is not None
+        self._fields -= 1
+        if self._fields < 0:
+            raise _head_too_large(f"more than {self.pool.limits.headers} header fields")
         self._response.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
@@ -119,9 +199,19 @@ class _Connection(asyncio.Protocol):
         response = self._response
         assert response is not None
         status = self._parser.get_status_code()
+        if status == 101:
+            raise _protocol_error("the engine switched protocols (101)")
         if 100 <= status < 200:  # an interim answer (100 Continue): the real one follows
+            self._interim -= 1
+            if self._interim < 0:
+                raise _head_too_large(f"more than {MAX_INTERIM_ANSWERS} interim (1xx) answers")
             response.headers.clear()
             return
+        echoed = response.headers.get("x-request-id")
+        if echoed is not None and response.request_id and echoed != response.request_id:
+            # An engine that echoes request ids (vLLM's --enable-request-id-headers) says
+            # whose answer this is: another request's is never this one's.
+            raise _protocol_error("the engine's answer is for another request")
         response.headers_complete(status)
 
     def on_body(self, body: bytes) -> None:
@@ -144,6 +234,9 @@ class _Connection(asyncio.Protocol):
         """Write a request whose answer goes to ``response``."""
         assert self.transport is not None
         self._response = response
+        self._room = self._head_cap
+        self._fields = self.pool.limits.headers
+        self._interim = MAX_INTERIM_ANSWERS
         self.transport.writelines((head, body))
 
     def detach(self) -> None:
@@ -159,173 +252,34 @@ class _Connection(asyncio.Protocol):
                 self.transport.resume_reading()
 
     def close(self) -> None:
-        """Close the connection (the engine sees the client leave)."""
+        """Close the connection (the engine sees the client leave); it leaves the pool."""
         self.closed = True
+        self.pool.forget(self)
         if self.transport is not None:
             self.transport.close()
-
-
-class Http1Response:
-    """An engine's answer: status and headers at once, the body as it arrives."""
-
-    def __init__(self, connection: _Connection) -> None:
-        self.status = 0
-        self.headers: dict[str, str] = {}
-        self.keep_alive = False
-        self._connection: _Connection | None = connection
-        self._head: asyncio.Future[None] | None = None
-        self._waiter: asyncio.Future[None] | None = None
-        self._chunks: deque[bytes] = deque()
-        self._buffered = 0
-        self._paused = False
-        self.any_byte = False
-        self.has_head = False
-        self._done = False
-        self._error: UpstreamError | None = None
-
-    @property
-    def content_type(self) -> str:
-        """The media type of ``Content-Type`` without parameters, lower case."""
-        return self.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-
-    async def read(self) -> bytes:
-        """The whole (rest of the) body."""
-        parts = []
-        while chunk := await self.readany():
-            parts.append(chunk)
-        return b"".join(parts)
-
-    async def readany(self) -> bytes:
-        """What has arrived of the body since the last call, waiting if nothing has;
-        ``b""`` at its end."""
-        while not self._chunks:
-            if self._done:
-                return b""
-            if self._error is not None:
-                raise self._error
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        chunks = self._chunks
-        data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
-        chunks.clear()
-        self._buffered = 0
-        if self._paused:
-            self._paused = False
-            if self._connection is not None:
-                self._connection.pause(False)
-        return data
-
-    def release(self) -> None:
-        """Done with the answer: its connection goes back to the pool if it can be reused."""
-        connection, self._connection = self._connection, None
-        if connection is None:
-            return
-        connection.detach()
-        if self._done and self.keep_alive and not connection.closed and not connection.one_shot:
-            if self._paused:
-                connection.pause(False)
-            connection.reused = True
-            connection.pool.give_back(connection)
-        else:
-            connection.close()
-
-    def close(self) -> None:
-        """Done with the answer, read or not: close its connection (a reader still waiting
-        gets ``UpstreamError``)."""
-        self.fail(UpstreamError("the answer was closed"))
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            connection.detach()
-            connection.close()
-
-    # ------------------------------------------------------------------ the connection's side
-
-    async def wait_head(self) -> None:
-        """Wait for status and headers."""
-        if self.has_head:
-            return
-        if self._error is not None:
-            raise self._error
-        self._head = asyncio.get_running_loop().create_future()
-        try:
-            await self._head
-        finally:
-            self._head = None
-
-    def headers_complete(self, status: int) -> None:
-        """The head has been parsed."""
-        self.status = status
-        self.has_head = True
-        self.any_byte = True
-        if self._head is not None and not self._head.done():
-            self._head.set_result(None)
-
-    def body_received(self, body: bytes) -> None:
-        """Buffer a piece of the body, pausing the connection above the limit."""
-        self._chunks.append(body)
-        self._buffered += len(body)
-        if self._buffered > READ_BUFFER_BYTES and not self._paused:
-            self._paused = True
-            if self._connection is not None:
-                self._connection.pause(True)
-        self._wake()
-
-    def complete(self) -> None:
-        """The body is complete."""
-        self._done = True
-        self._wake()
-
-    def fail(self, error: UpstreamError) -> None:
-        """The answer cannot be completed."""
-        if self._done or self._error is not None:
-            return
-        self._error = error
-        if self._head is not None and not self._head.done():
-            self._head.set_exception(error)
-        self._wake()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        """The connection closed: the end of a body read to EOF if the engine closed it
-        cleanly, else a failure."""
-        if self._done:
-            return
-        if exc is None and self.has_head and self._reads_to_eof():
-            self.complete()
-        elif not self.any_byte:
-            self.fail(StaleConnectionError("the engine closed the connection"))
-        else:
-            self.fail(UpstreamError("the engine's answer was cut off"))
-
-    def _reads_to_eof(self) -> bool:
-        headers = self.headers
-        return (
-            "content-length" not in headers
-            and "chunked" not in headers.get("transfer-encoding", "").lower()
-        )
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
 
 
 class Http1Pool:
     """Keep-alive connections to every engine; ``post`` sends a request on one."""
 
-    def __init__(self, *, connect_timeout_s: float, idle_s: float) -> None:
+    def __init__(
+        self, *, connect_timeout_s: float, idle_s: float, limits: UpstreamLimits | None = None
+    ) -> None:
         self._connect_timeout_s = connect_timeout_s
         self._idle_s = idle_s
+        self.limits = limits or UpstreamLimits()
         self._targets: dict[str, _Target] = {}
         self._idle: dict[tuple[str, int, bool], list[_Connection]] = {}
         self._open: set[_Connection] = set()
         self._tls: ssl.SSLContext | None = None
 
-    async def post(self, url: str, head: bytes, body: bytes, *, reuse: bool) -> Http1Response:
+    async def post(
+        self, url: str, head: bytes, body: bytes, *, reuse: bool, request_id: str = ""
+    ) -> Http1Response:
         """Send ``head`` (headers after the request line and Host, ending in a blank line
         with Content-Length) and ``body`` to ``url``; the answer once its head is in.
+        ``request_id``: the ``X-Request-Id`` in ``head``, which an answer that echoes one
+        must carry.
 
         A pooled connection that the engine closed just before reuse is retried once on
         a new connection. ``reuse=False``: a new connection, closed after the answer.
@@ -342,7 +296,7 @@ class Http1Pool:
             if connection is None:
                 connection = await self._connect(target)
                 connection.one_shot = not reuse
-            response = Http1Response(connection)
+            response = Http1Response(connection, request_id)
             connection.send(response, request, body)
             try:
                 await response.wait_head()

@@ -17,11 +17,11 @@ from sluicegate.gateway.asgi import SSE, abort_connection, send_body
 from sluicegate.gateway.classify import Endpoint
 from sluicegate.gateway.errors import GatewayError
 from sluicegate.gateway.exchange import Exchange
-from sluicegate.gateway.http1 import Http1Response, UpstreamError
+from sluicegate.gateway.http1 import Http1Response, UpstreamError, UpstreamProtocolError
 from sluicegate.gateway.interrupts import Interrupt, WaitInterruptedError
 from sluicegate.gateway.replies import PREEMPTED_HEADER, error_event, preempted_chunk, relay_answer
 from sluicegate.gateway.scanner import SseScanner
-from sluicegate.gateway.sse import SseSplitter
+from sluicegate.gateway.sse import EVENT_TOO_LARGE, SseSplitter
 from sluicegate.gateway.state import GatewayState
 
 
@@ -42,6 +42,9 @@ _MALFORMED = _Ending(
 )
 _CUT_OFF = _Ending(
     Outcome.UPSTREAM_ERROR, False, error_event("upstream_error", "the engine's stream was cut off")
+)
+_EVENT_TOO_LARGE = _Ending(
+    Outcome.UPSTREAM_ERROR, False, error_event("upstream_event_too_large", EVENT_TOO_LARGE)
 )
 _SILENT = _Ending(
     Outcome.UPSTREAM_ERROR,
@@ -114,15 +117,9 @@ class StreamRelay:
         if response is None:
             return
         if response.status != 200 or response.content_type != "text/event-stream":
-            exchange.handle.on_preempt = None
-            exchange.interrupts.upstream.clear()
-            try:
-                body = await self.state.upstream.read(response)
-            except GatewayError:
-                body = b""
-            finally:
-                response.release()
-            await relay_answer(exchange, response.status, body)
+            body = await self._read_whole(exchange, response)
+            if body is not None:
+                await relay_answer(exchange, response.status, body)
             return
         headers = [*SSE, *exchange.headers()]
         await exchange.send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -139,6 +136,41 @@ class StreamRelay:
             await abort_connection(exchange.scope)
         elif ending.outcome is not Outcome.CANCELLED:
             await self._end_stream(exchange, ending.tail)
+
+    async def _read_whole(self, exchange: Exchange, response: Http1Response) -> bytes | None:
+        """The body of an answer that is not a stream (an engine error), read under the
+        idle deadline and the body cap; ``None`` if the exchange ended instead. A body cut
+        off is empty (relayed as the engine's failure); over a cap or not HTTP is a 502."""
+        interrupts = exchange.interrupts
+        exchange.handle.on_preempt = None
+        interrupts.upstream.after(self._idle_s)
+        try:
+            with interrupts.waiting():
+                return await self.state.upstream.read(response, interrupts.upstream, self._idle_s)
+        except WaitInterruptedError as exc:
+            if exc.reason is Interrupt.UPSTREAM_TIMEOUT:
+                raise exchange.fail(
+                    GatewayError(504, "upstream_timeout", "the engine did not answer in time")
+                ) from None
+            if exc.reason is Interrupt.PREEMPTED:
+                await self._preempted_before_start(exchange)
+            else:
+                exchange.finish(Outcome.CANCELLED)
+            return None
+        except GatewayError as exc:
+            if exc.code != "upstream_error":
+                raise exchange.fail(exc) from None
+            return b""
+        finally:
+            interrupts.upstream.clear()
+            response.release()
+
+    async def _preempted_before_start(self, exchange: Exchange) -> None:
+        """Preempted before the stream started: end it with the preempted chunk."""
+        exchange.finish(Outcome.PREEMPTED)
+        headers = [*SSE, *exchange.headers(), PREEMPTED_HEADER]
+        chunk = preempted_chunk(self.endpoint, exchange.ticket.id)
+        await send_body(exchange.send, 200, chunk, headers)
 
     async def _open(self, exchange: Exchange) -> Http1Response | None:
         """Send the request; the engine's response, or ``None`` if the exchange ended first.
@@ -163,11 +195,7 @@ class StreamRelay:
         except WaitInterruptedError as exc:
             handle.on_preempt = None
             if exc.reason is Interrupt.PREEMPTED:
-                exchange.finish(Outcome.PREEMPTED)
-                headers = [*SSE, *exchange.headers(), PREEMPTED_HEADER]
-                await send_body(
-                    exchange.send, 200, preempted_chunk(self.endpoint, ticket.id), headers
-                )
+                await self._preempted_before_start(exchange)
                 return None
             if exc.reason is Interrupt.UPSTREAM_TIMEOUT:
                 raise exchange.fail(
@@ -199,7 +227,9 @@ class StreamRelay:
                             progress.ttft_s = driver.now() - ticket.arrival
                         # Progress gates preemption of standard priorities (80% of max_tokens).
                         driver.progress(ticket.id, scanner.chunks)
-                    if scanner.malformed or splitter.overflowed:
+                    if splitter.overflowed:
+                        return _EVENT_TOO_LARGE
+                    if scanner.malformed:
                         return _MALFORMED
                     if whole:
                         interrupts.client.after(stall_s)
@@ -211,6 +241,8 @@ class StreamRelay:
             if exc.reason is Interrupt.UPSTREAM_TIMEOUT:
                 return _SILENT
             return _CANCELLED
+        except UpstreamProtocolError as exc:
+            return _Ending(Outcome.UPSTREAM_ERROR, False, error_event(exc.code, str(exc)))
         except UpstreamError:
             return _CUT_OFF
         finally:

@@ -28,7 +28,9 @@ from sluicegate.gateway.exchange import Exchange
 from sluicegate.gateway.http1 import Http1Response, UpstreamError
 from sluicegate.gateway.interrupts import Interrupt, WaitInterruptedError
 from sluicegate.gateway.replies import PREEMPTED_HEADER, relay_answer
+from sluicegate.gateway.sse import EVENT_TOO_LARGE
 from sluicegate.gateway.state import GatewayState
+from sluicegate.gateway.upstream import answer_error
 
 
 class _Answer(NamedTuple):
@@ -132,8 +134,10 @@ class UnaryRelay:
                 try:
                     interrupts.upstream.after(self._idle_s)
                     if assembler is None or response.status != 200:
-                        status, whole = response.status, await state.upstream.read(response)
-                        answer = _Answer(status, whole, None)
+                        whole = await state.upstream.read(
+                            response, interrupts.upstream, self._idle_s
+                        )
+                        answer = _Answer(response.status, whole, None)
                     else:
                         answer = await self._gather(exchange, response, assembler)
                 except BaseException:
@@ -156,6 +160,7 @@ class UnaryRelay:
         driver, ticket, interrupts = self.state.driver, exchange.ticket, exchange.interrupts
         received = 0
         first_token_s: float | None = None
+        response.limit_body(self.state.upstream.limits.body_bytes)
         try:
             while data := await response.readany():
                 received += len(data)
@@ -166,7 +171,9 @@ class UnaryRelay:
                 if assembler.error or assembler.malformed:
                     break
         except UpstreamError as exc:
-            raise GatewayError(502, "upstream_error", "the engine's answer was cut off") from exc
+            raise answer_error(exc) from exc
+        if assembler.overflowed:
+            raise GatewayError(502, "upstream_event_too_large", EVENT_TOO_LARGE)
         if received == 0:
             return None
         assembler.close()

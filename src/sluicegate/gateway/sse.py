@@ -20,6 +20,8 @@ Python loop over lines.
 from __future__ import annotations
 
 MAX_EVENT_BYTES = 1 << 20
+EVENT_TOO_LARGE = f"the engine sent an event over {MAX_EVENT_BYTES} bytes"
+"""The message of the ``upstream_event_too_large`` error (an event over the cap)."""
 _DATA = b"data:"
 
 

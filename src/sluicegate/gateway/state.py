@@ -19,7 +19,7 @@ from sluicegate.gateway.pressure import PressureLoop
 from sluicegate.gateway.pressure_metrics import PressureGauges
 from sluicegate.gateway.store_link import StoreLink
 from sluicegate.gateway.store_metrics import StoreMetrics
-from sluicegate.gateway.upstream import Upstream
+from sluicegate.gateway.upstream import Upstream, upstream_limits
 from sluicegate.store.keys import default_replica_id
 from sluicegate.store.redis_store import RedisStore
 
@@ -93,7 +93,10 @@ class GatewayState:
                 replicas=lambda: link.replicas,
                 counts=lambda: link.counts,
             )
-        self.upstream = Upstream(connect_timeout_s=config.server.upstream_connect_timeout_s)
+        self.upstream = Upstream(
+            connect_timeout_s=config.server.upstream_connect_timeout_s,
+            limits=upstream_limits(config.server),
+        )
         self.pressure: PressureLoop | None = None
         if config.pressure is not None:
             self.pressure = PressureLoop(config.pressure, config.models, env)

@@ -11,8 +11,16 @@ from __future__ import annotations
 
 import aiohttp
 
+from sluicegate.config import ServerSpec
 from sluicegate.gateway.errors import GatewayError
-from sluicegate.gateway.http1 import Http1Pool, Http1Response, UpstreamError
+from sluicegate.gateway.http1 import (
+    Http1Pool,
+    Http1Response,
+    UpstreamError,
+    UpstreamLimits,
+    UpstreamProtocolError,
+)
+from sluicegate.gateway.timer import LazyTimer
 
 # Engines served by uvicorn (vLLM, llama-cpp-python) close idle connections after 5 s;
 # a pool that keeps them longer hands out connections the engine is closing (502s).
@@ -23,8 +31,9 @@ _HEAD = b"Content-Type: application/json\r\nAccept-Encoding: identity\r\nX-Reque
 class Upstream:
     """The connection pools every backend shares, opened in the app's lifespan."""
 
-    def __init__(self, *, connect_timeout_s: float) -> None:
+    def __init__(self, *, connect_timeout_s: float, limits: UpstreamLimits | None = None) -> None:
         self._connect_timeout_s = connect_timeout_s
+        self.limits = limits or UpstreamLimits()
         self._timeout = aiohttp.ClientTimeout(
             total=None, connect=connect_timeout_s, sock_connect=connect_timeout_s
         )
@@ -39,7 +48,9 @@ class Upstream:
         self._session = aiohttp.ClientSession(
             connector=connector, timeout=self._timeout, auto_decompress=False
         )
-        self._pool = Http1Pool(connect_timeout_s=self._connect_timeout_s, idle_s=IDLE_CONNECTION_S)
+        self._pool = Http1Pool(
+            connect_timeout_s=self._connect_timeout_s, idle_s=IDLE_CONNECTION_S, limits=self.limits
+        )
 
     async def close(self) -> None:
         """Close the pools."""
@@ -76,17 +87,49 @@ class Upstream:
             b"" if reuse else b"Connection: close\r\n",
         )
         try:
-            return await self._pool.post(url, head, body, reuse=reuse)
+            return await self._pool.post(url, head, body, reuse=reuse, request_id=request_id)
         except TimeoutError as exc:
             raise GatewayError(
                 504, "upstream_timeout", "the engine did not answer in time"
             ) from exc
+        except UpstreamProtocolError as exc:
+            raise protocol_error(exc) from exc
         except UpstreamError as exc:
             raise GatewayError(502, "upstream_unavailable", "the engine is unreachable") from exc
 
-    async def read(self, response: Http1Response) -> bytes:
-        """The whole response body, with the same error mapping."""
+    async def read(
+        self, response: Http1Response, idle: LazyTimer | None = None, idle_s: float = 0.0
+    ) -> bytes:
+        """The whole response body, at most ``max_upstream_body_bytes``, with the same error
+        mapping; ``idle`` (a deadline) is moved ``idle_s`` on with every read."""
+        response.limit_body(self.limits.body_bytes)
+        parts = []
         try:
-            return await response.read()
+            while data := await response.readany():
+                parts.append(data)
+                if idle is not None:
+                    idle.after(idle_s)
         except UpstreamError as exc:
-            raise GatewayError(502, "upstream_error", "the engine's answer was cut off") from exc
+            raise answer_error(exc) from exc
+        return b"".join(parts)
+
+
+def upstream_limits(server: ServerSpec) -> UpstreamLimits:
+    """The caps on engine answers that ``server`` sets."""
+    return UpstreamLimits(
+        head_bytes=server.max_upstream_head_bytes,
+        headers=server.max_upstream_headers,
+        body_bytes=server.max_upstream_body_bytes,
+    )
+
+
+def protocol_error(exc: UpstreamProtocolError) -> GatewayError:
+    """The 502 for an answer over a cap or not HTTP: its code names which."""
+    return GatewayError(502, exc.code, str(exc))
+
+
+def answer_error(exc: UpstreamError) -> GatewayError:
+    """The 502 for an answer that failed while its body was read."""
+    if isinstance(exc, UpstreamProtocolError):
+        return protocol_error(exc)
+    return GatewayError(502, "upstream_error", "the engine's answer was cut off")
