@@ -259,22 +259,34 @@ async def test_bytes_on_an_idle_pooled_connection_close_it() -> None:
         assert server.accepted == 2
 
 
-@pytest.mark.parametrize(("echoed", "refused"), [(b"r1", False), (b"r0", True)])
-async def test_an_answer_echoing_another_request_id_is_refused(
-    echoed: bytes, refused: bool
-) -> None:
+SENT_ID = "0000abcd" + "%024x" % 7
+"""A request id of the gateway's shape: the process's 8-hex prefix, then a counter."""
+
+
+@pytest.mark.parametrize(
+    ("echoed", "refused"),
+    [
+        (SENT_ID, False),  # its own request's answer
+        ("0000abcd" + "%024x" % 6, True),  # another request's of this process
+        ("3f0c1a52-7f4e-4c1e-9d3b-2b8f3c1a9e77", False),  # a proxy's own id: not a stray
+    ],
+)
+async def test_an_answer_echoing_another_request_id_is_refused(echoed: str, refused: bool) -> None:
     """An engine that echoes ``X-Request-Id`` (vLLM's ``--enable-request-id-headers``) says
-    whose answer it sends: its own request's is read, another's is refused
-    (``upstream_protocol_error``) and its connection closed."""
-    answer = b"HTTP/1.1 200 OK\r\nX-Request-Id: %s\r\nContent-Length: 2\r\n\r\n{}" % echoed
+    whose answer it sends: its own request's is read, another request's of this process is
+    refused (``upstream_protocol_error``) and its connection closed, and an id of another
+    shape (a proxy in between that writes its own) is not taken for a stray answer."""
+    answer = b"HTTP/1.1 200 OK\r\nX-Request-Id: %s\r\nContent-Length: 2\r\n\r\n{}" % (
+        echoed.encode()
+    )
     async with raw_server(once(answer)) as server, capped_pool() as pool:
         if refused:
             with pytest.raises(UpstreamProtocolError) as raised:
-                await pool.post(server.url, HEAD, BODY, reuse=True, request_id="r1")
+                await pool.post(server.url, HEAD, BODY, reuse=True, request_id=SENT_ID)
             assert raised.value.code == "upstream_protocol_error"
             await wait_for_state(lambda: server.client_left == 1)
         else:
-            response = await pool.post(server.url, HEAD, BODY, reuse=True, request_id="r1")
+            response = await pool.post(server.url, HEAD, BODY, reuse=True, request_id=SENT_ID)
             assert await response.read() == b"{}"
             response.release()
 

@@ -208,9 +208,12 @@ class _Connection(asyncio.Protocol):
             response.headers.clear()
             return
         echoed = response.headers.get("x-request-id")
-        if echoed is not None and response.request_id and echoed != response.request_id:
+        sent = response.request_id
+        if echoed is not None and sent and echoed != sent and echoed[:8] == sent[:8]:
             # An engine that echoes request ids (vLLM's --enable-request-id-headers) says
-            # whose answer this is: another request's is never this one's.
+            # whose answer this is: another request's is never this one's. Only an id of
+            # this process's shape (same prefix) counts, so a proxy in between that
+            # writes ids of its own into answers is not mistaken for a stray answer.
             raise _protocol_error("the engine's answer is for another request")
         response.headers_complete(status)
 
