@@ -47,12 +47,22 @@ _ids = itertools.count(1)
 _PREFIX = f"{os.getpid() & 0xFFFFFFFF:08x}"
 
 
-def _check_ended(exchange: Exchange) -> None:
+def _check_ended(exchange: Exchange) -> GatewayError | None:
     """Every path through a relay ends the exchange; one that did not is a bug, which must
-    still not leak the ticket's slot (nor be blamed on the engine)."""
-    if exchange.outcome is None:
-        log.error("request %s was served without ending its ticket", exchange.ticket.id)
-        exchange.fault()
+    still not leak the ticket's slot (nor be blamed on the engine): the error to answer
+    with then."""
+    if exchange.outcome is not None:
+        return None
+    log.error("request %s was served without ending its ticket", exchange.ticket.id)
+    return exchange.fault()
+
+
+async def _answer(scope: Scope, send: Send, error: GatewayError) -> None:
+    """Answer with ``error``, or cut the connection if the response had already started."""
+    try:
+        await send_error(send, error)
+    except RuntimeError:
+        await abort_connection(scope)
 
 
 class InferenceHandler:
@@ -75,10 +85,7 @@ class InferenceHandler:
         except Exception:
             log.exception("unexpected error while reading a request")
             error = GatewayError(500, "internal_error", "the gateway failed to serve the request")
-            try:
-                await send_error(send, error)
-            except RuntimeError:  # the response had already started
-                await abort_connection(scope)
+            await _answer(scope, send, error)
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         state = self.state
@@ -112,7 +119,9 @@ class InferenceHandler:
         except Exception:
             await self._unexpected(exchange, engine=False)
         else:
-            _check_ended(exchange)
+            error = _check_ended(exchange)
+            if error is not None:
+                await _answer(scope, send, error)
         finally:
             if watcher is not None:
                 watcher.cancel()
@@ -164,7 +173,4 @@ class InferenceHandler:
             )
         else:
             error = exchange.fault()
-        try:
-            await send_error(exchange.send, error)
-        except RuntimeError:  # the response had already started
-            await abort_connection(exchange.scope)
+        await _answer(exchange.scope, exchange.send, error)
