@@ -35,6 +35,17 @@ import pytest
 from sluicegate.demo.processes import free_port
 from sluicegate.gateway import handlers, relay_unary
 from sluicegate.gateway.scanner import SseScanner
+from tests.batches.batch_harness import (
+    ENVIRON,
+    TENANTS,
+    batches_section,
+    by_custom_id,
+    chat_line,
+    file_lines,
+    start_batch,
+    wait_batch,
+)
+from tests.batches.batch_harness import client as batch_client
 from tests.distributed.cluster import Child, spawn, stop_children, wait_ready
 from tests.gateway.gateway_harness import (
     FAST_PRIORS,
@@ -213,6 +224,35 @@ def test_two_dead_engines_are_each_tried_once_then_503(
     assert openai_error(reply)["code"] == "no_healthy_backend"
     assert circuits == ["open", "open"]
     assert (refusals(caplog, "e0"), refusals(caplog, "e1")) == (1, 1)
+
+
+def test_batch_lines_sent_to_an_engine_killed_between_probes_go_to_the_other_engine(
+    tmp_path: Path,
+) -> None:
+    """Batch lines run through the same handler: with one of two engines killed between
+    probes, every line of a batch completes (200) on the other engine at its first run:
+    no line is retried for a 502, and no request is counted as an engine failure."""
+    body = NEVER_PROBED + TENANTS + batches_section(tmp_path / "batches.db")
+    with (
+        engine_processes(2, tmp_path) as (e0, e1),
+        gateway_at([e0.port, e1.port], body, environ=ENVIRON) as gateway,
+        batch_client(gateway) as sdk,
+    ):
+        kill(e0)
+        lines = [chat_line(f"line-{i}") for i in range(10)]
+        batch = wait_batch(sdk, start_batch(sdk, lines).id)
+        output = by_custom_id(file_lines(sdk, batch.output_file_id))
+        retried = metric(
+            gateway.base_url, "sluicegate_batch_line_runs_total", model=MODEL, outcome="retried"
+        )
+        counted = outcomes(gateway.base_url)
+        circuit = backend_state(gateway.base_url, "e0")["circuit"]
+    assert batch.status == "completed", batch
+    assert sorted(output) == sorted(line["custom_id"] for line in lines)
+    assert {line["response"]["status_code"] for line in output.values()} == {200}
+    assert not retried
+    assert counted == {"completed": 10.0}
+    assert circuit == "open"
 
 
 WAITING_ROOM = f"""    max_concurrency: 4

@@ -165,6 +165,8 @@ class Exchange:
             ticket.model,
             ticket.id,
         )
+        # A preemption or deadline of the attempt that never started is moot now.
+        self.interrupts.reset()
         waiting = self._driver.requeue_wait(ticket.id)
         self._driver.bounce(ticket.id)
         self.running = False
