@@ -264,13 +264,37 @@ class SchedulerMachine(RuleBasedStateMachine):
         self._apply(decisions)
 
     @precondition(lambda self: bool(self.running))
-    @rule(data=st.data(), ok=st.booleans(), dt=st.floats(0.0, 3.0))
-    def complete(self, data: st.DataObject, ok: bool, dt: float) -> None:
+    @rule(data=st.data(), ok=st.sampled_from([True, False, None]), dt=st.floats(0.0, 3.0))
+    def complete(self, data: st.DataObject, ok: bool | None, dt: float) -> None:
         self._advance(dt)
         tid = data.draw(st.sampled_from(sorted(self.running)))
         ticket = self.tickets[tid]
         tokens = data.draw(st.integers(0, ticket.max_tokens))
         self._complete(tid, Usage(ticket.prompt_tokens, tokens, ttft_s=0.05, ok=ok))
+
+    @precondition(lambda self: bool(self.running))
+    @rule(data=st.data(), dt=st.floats(0.0, 3.0))
+    def bounce(self, data: st.DataObject, dt: float) -> None:
+        """A running ticket's backend refused its connection: the backend is down at once,
+        and the ticket queues again or ends with one ``Expire`` (503)."""
+        self._advance(dt)
+        tid = data.draw(st.sampled_from(sorted(self.running)))
+        backend = self.running.pop(tid)
+        self.preempting.discard(tid)
+        decisions = self.s.bounce(TicketId(tid), self.now)
+        view = self.s.view(MODEL, self.now)
+        assert next(b for b in view.backends if b.name == backend).circuit == "open"
+        assert not any(isinstance(d, Admit) and d.backend == backend for d in decisions)
+        own = [d for d in decisions if d.ticket.id == tid and isinstance(d, Expire)]
+        self.queued.add(tid)
+        if self.s.state_of(TicketId(tid)) is None:
+            event(f"bounce: {own[0].code.value}" if own else "bounce: no Expire")
+            assert len(own) == 1, decisions
+        else:
+            event("bounce: queued again")
+            assert own == []
+            self.reentered.add(tid)
+        self._apply(decisions)
 
     @precondition(lambda self: bool(self.running))
     @rule(data=st.data())

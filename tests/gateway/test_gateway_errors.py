@@ -216,25 +216,27 @@ def test_engine_refusal_is_relayed_with_its_status_and_body(stream: bool) -> Non
     assert (error["code"], error["param"]) == ("context_length_exceeded", "prompt")
 
 
-def test_unreachable_engine_is_502_upstream_unavailable() -> None:
-    """A backend nothing listens on (no probes to notice it first) → 502
-    ``upstream_unavailable`` in OpenAI's shape."""
+def test_unreachable_engine_is_503_no_healthy_backend_not_502() -> None:
+    """A backend nothing listens on (no probes to notice it first): the refused request was
+    never sent, so it is not a 502; with no other backend it gets 503
+    ``no_healthy_backend`` in OpenAI's shape, with retry headers."""
     with gateway_at([unused_port()], scrape=False) as gateway:
         reply = http_call(gateway.base_url, "POST", "/v1/completions", json=HI)
-    assert reply.status == 502
+    assert reply.status == 503
     error = openai_error(reply)
-    assert (error["type"], error["code"]) == ("api_error", "upstream_unavailable")
+    assert (error["type"], error["code"]) == ("service_unavailable_error", "no_healthy_backend")
+    assert_retry_headers(reply)
 
 
-def test_consecutive_upstream_failures_open_the_circuit() -> None:
-    """After ``circuit_failures`` failures in a row the backend's circuit opens and requests
-    get 503 ``no_healthy_backend`` with retry headers instead of another 502."""
+def test_a_refused_connection_opens_the_circuit_at_once() -> None:
+    """One refused connection marks the backend down, whatever ``circuit_failures`` says:
+    the next requests get 503 ``no_healthy_backend`` with retry headers, none a 502."""
     with gateway_at([unused_port()], "    circuit_failures: 2\n", scrape=False) as gateway:
         statuses = [
             http_call(gateway.base_url, "POST", "/v1/completions", json=HI).status for _ in range(2)
         ]
         reply = http_call(gateway.base_url, "POST", "/v1/completions", json=HI)
-    assert statuses == [502, 502]
+    assert statuses == [503, 503]
     assert reply.status == 503
     assert openai_error(reply)["code"] == "no_healthy_backend"
     assert_retry_headers(reply)

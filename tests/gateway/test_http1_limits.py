@@ -259,7 +259,7 @@ async def test_bytes_on_an_idle_pooled_connection_close_it() -> None:
         assert server.accepted == 2
 
 
-SENT_ID = "0000abcd" + "%024x" % 7
+SENT_ID = f"0000abcd{7:024x}"
 """A request id of the gateway's shape: the process's 8-hex prefix, then a counter."""
 
 
@@ -267,7 +267,7 @@ SENT_ID = "0000abcd" + "%024x" % 7
     ("echoed", "refused"),
     [
         (SENT_ID, False),  # its own request's answer
-        ("0000abcd" + "%024x" % 6, True),  # another request's of this process
+        (f"0000abcd{6:024x}", True),  # another request's of this process
         ("3f0c1a52-7f4e-4c1e-9d3b-2b8f3c1a9e77", False),  # a proxy's own id: not a stray
     ],
 )

@@ -311,7 +311,6 @@ class _Blackholed:
 
 _hole = _Blackholed()
 OUTAGES = {
-    "refused": Outage(False, 502, "upstream_unavailable", FaultyEngine.stop, FaultyEngine.start),
     "500": Outage(False, 502, "upstream_error", _faulting(Fault.ERROR_500), _healed),
     "hang": Outage(True, 504, "upstream_timeout", _faulting(Fault.HANG_BEFORE_HEADERS), _healed),
     "stall": Outage(True, 200, "upstream_timeout", _faulting(Fault.HANG_MID_ANSWER), _healed),

@@ -78,8 +78,13 @@ class CircuitBreaker:
         if self.state is CircuitState.HALF_OPEN or self._consecutive >= self._failures:
             self.trip(now)
 
+    def on_unknown(self) -> None:
+        """A request ended telling nothing of the backend (the gateway's own fault): the
+        circuit stays as it is, but a half-open probe it was gives its turn back."""
+        self._probing = False
+
     def trip(self, now: float) -> None:
-        """Open the circuit now (an active probe found the backend down)."""
+        """Open the circuit now: enough failures, or the backend refused a connection."""
         self.state = CircuitState.OPEN
         self._opened_at = now
         self._probing = False

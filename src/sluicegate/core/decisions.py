@@ -77,7 +77,9 @@ class Expire(NamedTuple):
     queue timeout passed; ``OVERLOADED`` (HTTP 503 ``overloaded``) when, in a
     lane with ``shed_hopeless``, its latest start (deadline − predicted
     service) passed while it waited; ``STORE_UNAVAILABLE`` (HTTP 503) when the
-    shared store failed and the gateway fails closed.
+    shared store failed and the gateway fails closed. A running ticket whose
+    backend refused its connection (``Scheduler.bounce``) is expired so too, or
+    with ``NO_HEALTHY_BACKEND`` (HTTP 503) when no backend is left to try.
     """
 
     ticket: Ticket

@@ -40,6 +40,7 @@ class Entry:
         borrowed: whether its slot is borrowed from another lane.
         generated_tokens: progress reported by the driver.
         requeues: how many times it was preempted and put back.
+        bounces: how many backends refused its connection (``Scheduler.bounce``).
         preempt_requeue: set on a ``Preempt`` decision whose action is requeue.
         preempted_for: the lane whose waiting ticket a preemption frees a slot for.
         expire_at: when it leaves the queue: its queue timeout or, in a lane with
@@ -66,6 +67,7 @@ class Entry:
     borrowed: bool = False
     generated_tokens: int = 0
     requeues: int = 0
+    bounces: int = 0
     preempt_requeue: bool = False
     preempted_for: str | None = None
     expire_at: float = 0.0

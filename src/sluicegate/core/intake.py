@@ -1,7 +1,8 @@
 """A ticket's bookkeeping on the way in and what its end teaches.
 
 ``refuse_early`` refuses a ticket before anything is set up for it (draining,
-store closed, no healthy backend, rate limit); ``new_entry`` derives what the
+store closed, no healthy backend, rate limit); ``refuse_bounced`` ends one whose
+backend refused its connection, if it may not wait again; ``new_entry`` derives what the
 scheduler keeps about a new ticket; ``offer`` is
 what distributed mode sends the store about a queued one; ``learn`` feeds a
 finished request to the model's predictor and adaptive limit.
@@ -9,7 +10,7 @@ finished request to the model's predictor and adaptive limit.
 
 from __future__ import annotations
 
-from sluicegate.core.decisions import ErrorCode, Reject, Reserve
+from sluicegate.core.decisions import ErrorCode, Expire, Reject, Reserve
 from sluicegate.core.entry import Entry
 from sluicegate.core.fair_queue import VTC_INPUT_WEIGHT, VTC_OUTPUT_WEIGHT
 from sluicegate.core.limits.feedback import report_outcome
@@ -115,6 +116,29 @@ def refuse_early(
     if wait > 0.0:
         message = "tenant rate limit exceeded"
         return reject(ticket, 429, ErrorCode.RATE_LIMIT_EXCEEDED, wait, message)
+    return None
+
+
+def refuse_bounced(model: ModelRuntime, entry: Entry, now: float) -> Expire | None:
+    """Why a ticket whose backend refused its connection may not queue again, or ``None``.
+
+    It may while its expiry (queue timeout, or latest start in a shedding lane) has not
+    passed, and, unless the model waits for backends, while a backend is healthy and it
+    has bounced off at most as many backends as the model has. A waiting room holds it
+    as it holds a new request, until its queue timeout: each backend's circuit
+    cool-down paces its tries there.
+    """
+    ticket = entry.ticket
+    healthy = model.any_healthy(now)
+    if healthy:
+        wait = model.drain_estimate_s(model.lanes[ticket.lane])
+    else:
+        wait = model.unavailable_wait_s(now)
+    if now >= entry.expire_at:
+        code = ErrorCode.OVERLOADED if entry.expires_hopeless else ErrorCode.QUEUE_TIMEOUT
+        return Expire(ticket, retry_wait_s(wait), code)
+    if not model.spec.wait_for_backends and (entry.bounces > len(model.backends) or not healthy):
+        return Expire(ticket, retry_wait_s(wait), ErrorCode.NO_HEALTHY_BACKEND)
     return None
 
 

@@ -5,6 +5,7 @@ events, each with a timestamp, and executes the decisions it returns::
 
     submit(ticket, now)            -> [Admit | Queued | Reject, Preempt...]
     complete(id, usage, now)       -> [Admit..., Preempt...]
+    bounce(id, now)                -> [Admit... | Expire, Preempt...]  backend refused it
     cancel(id, now)                -> [Admit...]
     tick(now)                      -> [Expire..., Admit..., Preempt...]
     observe_backend(stats, now)    -> [Admit...]
@@ -36,7 +37,7 @@ from sluicegate.core.decisions import Admit, Decision, ErrorCode, Expire, Queued
 from sluicegate.core.entry import Entry, State
 from sluicegate.core.errors import UnknownModelError
 from sluicegate.core.estimate import start_estimate
-from sluicegate.core.intake import learn, new_entry, offer, refuse_early, reject
+from sluicegate.core.intake import learn, new_entry, offer, refuse_bounced, refuse_early, reject
 from sluicegate.core.preemption import preempt_for_blocked
 from sluicegate.core.pressure import lane_ceilings
 from sluicegate.core.ratelimit import TenantRateLimiter
@@ -160,7 +161,9 @@ class Scheduler:
         model = self._models[entry.ticket.model]
         model.release(entry, usage.completion_tokens)
         backend = model.backend(entry.backend)
-        if usage.ok:
+        if usage.ok is None:
+            backend.circuit.on_unknown()
+        elif usage.ok:
             backend.circuit.on_success()
         else:
             backend.circuit.on_failure(now)
@@ -176,6 +179,34 @@ class Scheduler:
             self._enqueue(model.lanes[entry.ticket.lane], entry, now)
         else:
             self._end(entry, usage.prompt_tokens + usage.completion_tokens, now)
+        self._dispatch(model, now, out)
+        return out
+
+    def bounce(self, ticket_id: TicketId, now: float) -> list[Decision]:
+        """A running ticket's backend refused its connection before anything was sent.
+
+        The backend's circuit opens at once; the slot is given back teaching nothing
+        (not served, no sample); the ticket queues again, with its place, deadline and
+        expiry, for another backend, unless ``refuse_bounced`` ends it (an ``Expire``).
+        Unknown or already-ended tickets are a no-op.
+        """
+        entry = self._entries.get(ticket_id)
+        if entry is None:
+            return []
+        if entry.state is State.QUEUED:
+            raise ValueError(f"ticket {ticket_id!r} is {entry.state.value}, not running")
+        model = self._models[entry.ticket.model]
+        model.release(entry, 0, served=False)
+        model.backend(entry.backend).circuit.trip(now)
+        entry.bounces += 1
+        out: list[Decision] = []
+        refusal = refuse_bounced(model, entry, now)
+        if refusal is None:
+            entry.generated_tokens = 0
+            self._enqueue(model.lanes[entry.ticket.lane], entry, now)
+        else:
+            self._end(entry, 0, now)
+            out.append(refusal)
         self._dispatch(model, now, out)
         return out
 

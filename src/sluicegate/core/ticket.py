@@ -73,6 +73,7 @@ class Outcome(enum.Enum):
     CANCELLED = "cancelled"
     PREEMPTED = "preempted"
     UPSTREAM_ERROR = "upstream_error"
+    INTERNAL_ERROR = "internal_error"
 
 
 class Feedback(enum.Enum):
@@ -95,21 +96,27 @@ class Usage:
         completion_tokens: tokens generated.
         ttft_s: time from admission to the first token, if observed.
         ok: ``False`` when the upstream failed; the backend's circuit counts it.
+            ``None`` when the request says nothing of the engine (the gateway's own
+            fault): the circuit is left as it was.
         feedback: what the adaptive limit learns; ``None`` means ``SAMPLE`` if
-            ``ok`` else ``DROP`` (see ``limit_feedback``).
+            ``ok``, ``DROP`` if ``ok`` is ``False`` and ``IGNORE`` if it is ``None``
+            (see ``limit_feedback``).
     """
 
     prompt_tokens: int
     completion_tokens: int
     ttft_s: float | None = None
-    ok: bool = True
+    ok: bool | None = True
     feedback: Feedback | None = None
 
     @property
     def limit_feedback(self) -> Feedback:
-        """``feedback`` if given, else ``SAMPLE`` for a success and ``DROP`` for a failure."""
+        """``feedback`` if given, else ``SAMPLE`` for a success, ``DROP`` for a failure and
+        ``IGNORE`` for a request that says nothing of the engine."""
         if self.feedback is not None:
             return self.feedback
+        if self.ok is None:
+            return Feedback.IGNORE
         return Feedback.SAMPLE if self.ok else Feedback.DROP
 
 

@@ -20,6 +20,7 @@ from sluicegate.gateway.interrupts import WaitInterruptedError
 _EXPIRE_MESSAGES = {
     ErrorCode.OVERLOADED: "deadline cannot be met",
     ErrorCode.STORE_UNAVAILABLE: "the shared store is unavailable",
+    ErrorCode.NO_HEALTHY_BACKEND: "no healthy backend",
 }
 
 

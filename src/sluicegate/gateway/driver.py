@@ -122,6 +122,15 @@ class SchedulerDriver:
         self._released(ticket_id, (usage.prompt_tokens, usage.completion_tokens))
         self._execute(decisions)
 
+    def bounce(self, ticket_id: TicketId) -> None:
+        """An admitted ticket's backend refused its connection before anything was sent:
+        the scheduler marks it down and queues the ticket again or expires it; its waiter
+        (``requeue_wait``, registered first) gets the verdict."""
+        self._running.pop(ticket_id, None)
+        decisions = self.scheduler.bounce(ticket_id, self._clock())
+        self._released(ticket_id, (0, 0))
+        self._execute(decisions)
+
     def progress(self, ticket_id: TicketId, generated_tokens: int) -> None:
         """A running stream has produced ``generated_tokens`` so far."""
         self.scheduler.progress(ticket_id, generated_tokens)

@@ -10,6 +10,7 @@ once.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from starlette.types import Scope, Send
 
@@ -21,6 +22,7 @@ from sluicegate.gateway.errors import GatewayError
 from sluicegate.gateway.interrupts import Interruptible
 from sluicegate.gateway.metrics import GatewayMetrics
 
+log = logging.getLogger("sluicegate.gateway")
 # Outcomes the scheduler decided itself: the ticket is already gone from it.
 _REFUSALS = frozenset(
     {
@@ -140,6 +142,35 @@ class Exchange:
         answer with."""
         self.finish(Outcome.UPSTREAM_ERROR, self.cut_short(ok=False))
         return error
+
+    def fault(self) -> GatewayError:
+        """End the ticket as the gateway's own failure (``internal_error``): the slot is
+        given back telling the circuit, the adaptive limit and the predictor nothing. The
+        error to answer with."""
+        usage = Usage(self.ticket.prompt_tokens, 0, ok=None, feedback=Feedback.IGNORE)
+        self.finish(Outcome.INTERNAL_ERROR, usage)
+        return GatewayError(500, "internal_error", "the gateway failed to serve the request")
+
+    def bounce(self) -> asyncio.Future[Verdict]:
+        """The backend refused the connection before anything was sent: it is marked down,
+        and the ticket gives its slot back without ending and waits in its queue again
+        (``Scheduler.bounce``). The future resolves with its next verdict: an admission
+        elsewhere, or an ``Expire`` when it may not wait again."""
+        ticket, admit = self.ticket, self.admit
+        assert admit is not None
+        log.warning(
+            "backend %s of model %s refused the connection of request %s: marked down, "
+            "the request waits for another backend",
+            admit.backend,
+            ticket.model,
+            ticket.id,
+        )
+        # A preemption or deadline of the attempt that never started is moot now.
+        self.interrupts.reset()
+        waiting = self._driver.requeue_wait(ticket.id)
+        self._driver.bounce(ticket.id)
+        self.running = False
+        return waiting
 
     def requeue(self, generated: int) -> asyncio.Future[Verdict]:
         """A requeue preemption stopped the running ticket: give its slot back without

@@ -26,6 +26,7 @@ from sluicegate.gateway.body import RequestHead, read_body
 from sluicegate.gateway.classify import Endpoint, classify, estimate_prompt_tokens, parse_body
 from sluicegate.gateway.errors import GatewayError
 from sluicegate.gateway.exchange import Exchange
+from sluicegate.gateway.http1 import UpstreamError
 from sluicegate.gateway.interrupts import watch_disconnect
 from sluicegate.gateway.protocol import DISCONNECT_EXTENSION
 from sluicegate.gateway.relay_stream import StreamRelay
@@ -46,12 +47,22 @@ _ids = itertools.count(1)
 _PREFIX = f"{os.getpid() & 0xFFFFFFFF:08x}"
 
 
-def _check_ended(exchange: Exchange) -> None:
+def _check_ended(exchange: Exchange) -> GatewayError | None:
     """Every path through a relay ends the exchange; one that did not is a bug, which must
-    still not leak the ticket's slot."""
-    if exchange.outcome is None:
-        log.error("request %s was served without ending its ticket", exchange.ticket.id)
-        exchange.fail(GatewayError(502, "upstream_error", "the request was not ended"))
+    still not leak the ticket's slot (nor be blamed on the engine): the error to answer
+    with then."""
+    if exchange.outcome is not None:
+        return None
+    log.error("request %s was served without ending its ticket", exchange.ticket.id)
+    return exchange.fault()
+
+
+async def _answer(scope: Scope, send: Send, error: GatewayError) -> None:
+    """Answer with ``error``, or cut the connection if the response had already started."""
+    try:
+        await send_error(send, error)
+    except RuntimeError:
+        await abort_connection(scope)
 
 
 class InferenceHandler:
@@ -65,11 +76,16 @@ class InferenceHandler:
         self._stream = StreamRelay(state, endpoint, path)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Handle one request; every failure before the response starts is an OpenAI error."""
+        """Handle one request; every failure before the response starts is an OpenAI error,
+        the gateway's own (a bug before the request had a ticket) a 500 ``internal_error``."""
         try:
             await self._handle(scope, receive, send)
         except GatewayError as exc:
             await send_error(send, exc)
+        except Exception:
+            log.exception("unexpected error while reading a request")
+            error = GatewayError(500, "internal_error", "the gateway failed to serve the request")
+            await _answer(scope, send, error)
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         state = self.state
@@ -97,10 +113,15 @@ class InferenceHandler:
         except GatewayError:
             _check_ended(exchange)
             raise
+        except UpstreamError:
+            # An engine's failure that no path mapped: still the engine's.
+            await self._unexpected(exchange, engine=True)
         except Exception:
-            await self._unexpected(exchange)
+            await self._unexpected(exchange, engine=False)
         else:
-            _check_ended(exchange)
+            error = _check_ended(exchange)
+            if error is not None:
+                await _answer(scope, send, error)
         finally:
             if watcher is not None:
                 watcher.cancel()
@@ -141,13 +162,15 @@ class InferenceHandler:
             streaming=parsed.stream,
         )
 
-    async def _unexpected(self, exchange: Exchange) -> None:
-        """A bug or an answer nothing above foresaw: end the ticket (once), tell the client."""
+    async def _unexpected(self, exchange: Exchange, *, engine: bool) -> None:
+        """A bug (``engine=False``: 500 ``internal_error``, which tells the circuit and the
+        limits nothing) or an engine failure nothing above foresaw (502
+        ``upstream_error``): end the ticket (once), tell the client."""
         log.exception("unexpected error while serving request %s", exchange.ticket.id)
-        error = exchange.fail(
-            GatewayError(502, "upstream_error", "the gateway could not relay the answer")
-        )
-        try:
-            await send_error(exchange.send, error)
-        except RuntimeError:  # the response had already started
-            await abort_connection(exchange.scope)
+        if engine:
+            error = exchange.fail(
+                GatewayError(502, "upstream_error", "the gateway could not relay the answer")
+            )
+        else:
+            error = exchange.fault()
+        await _answer(exchange.scope, exchange.send, error)

@@ -72,6 +72,11 @@ def _protocol_error(message: str) -> UpstreamProtocolError:
     return UpstreamProtocolError("upstream_protocol_error", message)
 
 
+class ConnectRefusedError(UpstreamError):
+    """No connection could be made (refused, reset, unreachable; not TLS, not a timeout):
+    nothing of the request was sent, so it may go to another engine."""
+
+
 class _Target(NamedTuple):
     """Where a URL's requests go, and the head every request to it starts with."""
 
@@ -286,7 +291,8 @@ class Http1Pool:
 
         A pooled connection that the engine closed just before reuse is retried once on
         a new connection. ``reuse=False``: a new connection, closed after the answer.
-        Raises ``UpstreamError`` (refused, dropped, not HTTP) or ``TimeoutError`` (connect).
+        Raises ``ConnectRefusedError`` (no connection: nothing sent), ``UpstreamError``
+        (dropped, not HTTP, TLS) or ``TimeoutError`` (connect).
         """
         target = self._targets.get(url)
         if target is None:
@@ -297,7 +303,12 @@ class Http1Pool:
             # one may be just as stale.
             connection = self._pooled(target) if reuse and attempt == 0 else None
             if connection is None:
-                connection = await self._connect(target)
+                try:
+                    connection = await self._connect(target)
+                except ConnectRefusedError as exc:
+                    if attempt:  # the stale connection may have carried it to the engine
+                        raise UpstreamError(str(exc)) from exc
+                    raise
                 connection.one_shot = not reuse
             response = Http1Response(connection, request_id)
             connection.send(response, request, body)
@@ -369,7 +380,9 @@ class Http1Pool:
                 )
         except TimeoutError:
             raise  # an OSError too, but a timeout: the caller answers 504
-        except OSError as exc:
+        except ssl.SSLError as exc:
             raise UpstreamError(f"cannot connect: {exc.strerror or exc}") from exc
+        except OSError as exc:
+            raise ConnectRefusedError(f"cannot connect: {exc.strerror or exc}") from exc
         self._open.add(connection)
         return connection

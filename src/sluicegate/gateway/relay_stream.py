@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from sluicegate.core.ticket import Feedback, Outcome, Usage
+from sluicegate.gateway.admission import admission
 from sluicegate.gateway.asgi import SSE, abort_connection, send_body
 from sluicegate.gateway.classify import Endpoint
 from sluicegate.gateway.errors import GatewayError
@@ -23,6 +24,7 @@ from sluicegate.gateway.replies import PREEMPTED_HEADER, error_event, preempted_
 from sluicegate.gateway.scanner import SseScanner
 from sluicegate.gateway.sse import EVENT_TOO_LARGE, SseSplitter
 from sluicegate.gateway.state import GatewayState
+from sluicegate.gateway.upstream import NotReachedError
 
 
 class _Ending(NamedTuple):
@@ -175,7 +177,8 @@ class StreamRelay:
     async def _open(self, exchange: Exchange) -> Http1Response | None:
         """Send the request; the engine's response, or ``None`` if the exchange ended first.
 
-        The first-byte deadline keeps running into the relay: it covers the first event.
+        A backend that refused the connection is left for another. The first-byte
+        deadline keeps running into the relay: it covers the first event.
         """
         state, ticket, interrupts = self.state, exchange.ticket, exchange.interrupts
         admit = exchange.admit
@@ -203,10 +206,18 @@ class StreamRelay:
                 ) from None
             exchange.finish(Outcome.CANCELLED)
             return None
+        except NotReachedError:
+            handle.on_preempt = None
+            interrupts.upstream.clear()
         except GatewayError as exc:
             handle.on_preempt = None
             exchange.fail(exc)
             raise
+        # Nothing was sent: once admitted again (another backend), open there. Each
+        # refusal marks a backend down, and the scheduler bounds how often one comes back.
+        if await admission(exchange, exchange.bounce()):
+            return await self._open(exchange)
+        return None
 
     async def _relay(
         self, exchange: Exchange, response: Http1Response, progress: _Progress

@@ -1,9 +1,10 @@
 """Serving a non-streamed request: upstream attempts until one ends the exchange.
 
 An attempt sends the request to the backend of the current admission and
-relays the whole answer. Two things start another attempt instead: a
-``requeue`` preemption (the next one runs after the ticket is admitted again)
-and llama.cpp's empty stream (the same request, sent unstreamed, to get the
+relays the whole answer. Three things start another attempt instead: a
+``requeue`` preemption and a backend that refused the connection before
+anything was sent (the next one runs after the ticket is admitted again), and
+llama.cpp's empty stream (the same request, sent unstreamed, to get the
 engine's real error).
 
 A request is sent upstream as a stream and reassembled (``assemble.py``) when
@@ -30,7 +31,7 @@ from sluicegate.gateway.interrupts import Interrupt, WaitInterruptedError
 from sluicegate.gateway.replies import PREEMPTED_HEADER, relay_answer
 from sluicegate.gateway.sse import EVENT_TOO_LARGE
 from sluicegate.gateway.state import GatewayState
-from sluicegate.gateway.upstream import answer_error
+from sluicegate.gateway.upstream import NotReachedError, answer_error
 
 
 class _Answer(NamedTuple):
@@ -87,15 +88,24 @@ class UnaryRelay:
         exchange.interrupts.follow(handle)
         answer: _Answer | None = None
         interrupt: Interrupt | None = None
+        refused = False
         try:
             answer = await self._request(exchange, body, assembler)
         except WaitInterruptedError as exc:
             interrupt = exc.reason
+        except NotReachedError:
+            refused = True
         except GatewayError as exc:
             exchange.fail(exc)
             raise
         finally:
             handle.on_preempt = None
+        if refused:
+            # Nothing was sent: once admitted again (another backend), send it as that
+            # backend takes it.
+            if await admission(exchange, exchange.bounce()):
+                return self._upstream_body(exchange)
+            return None
         if interrupt is Interrupt.PREEMPTED:
             assert handle.preempt is not None
             return await self._preempted(exchange, handle.preempt, body, assembler)

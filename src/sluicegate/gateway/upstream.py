@@ -14,6 +14,7 @@ import aiohttp
 from sluicegate.config import ServerSpec
 from sluicegate.gateway.errors import GatewayError
 from sluicegate.gateway.http1 import (
+    ConnectRefusedError,
     Http1Pool,
     Http1Response,
     UpstreamError,
@@ -26,6 +27,14 @@ from sluicegate.gateway.timer import LazyTimer
 # a pool that keeps them longer hands out connections the engine is closing (502s).
 IDLE_CONNECTION_S = 4.0
 _HEAD = b"Content-Type: application/json\r\nAccept-Encoding: identity\r\nX-Request-Id: "
+
+
+class NotReachedError(GatewayError):
+    """The engine refused the connection: nothing was sent, so the request may be routed
+    to another backend; answered 502 ``upstream_unavailable`` where it is not."""
+
+    def __init__(self) -> None:
+        super().__init__(502, "upstream_unavailable", "the engine is unreachable")
 
 
 class Upstream:
@@ -71,7 +80,8 @@ class Upstream:
     async def post(
         self, url: str, body: bytes, request_id: str, *, reuse: bool = True
     ) -> Http1Response:
-        """POST ``body`` to ``url``; connection failures become 502, timeouts 504.
+        """POST ``body`` to ``url``; connection failures become 502 (``NotReachedError``
+        when nothing was sent), timeouts 504.
 
         A pooled connection the engine closed just before it was reused is retried
         once, on a new connection. ``reuse=False`` asks for a connection of its own
@@ -92,6 +102,8 @@ class Upstream:
             raise GatewayError(
                 504, "upstream_timeout", "the engine did not answer in time"
             ) from exc
+        except ConnectRefusedError as exc:
+            raise NotReachedError from exc
         except UpstreamProtocolError as exc:
             raise protocol_error(exc) from exc
         except UpstreamError as exc:
