@@ -146,12 +146,9 @@ def test_requests_to_an_engine_killed_between_probes_go_to_the_other_engine(
     assert (dead["circuit"], dead["healthy"], dead["probe_healthy"]) == ("open", False, True)
     assert served == 12
     assert refusals(caplog, "e0") >= 1
-    # The SDK may hang up right after a stream's ``[DONE]``, before the engine's own end
-    # reaches the gateway: such a stream counts ``cancelled`` (already so before issue 27).
-    assert set(counted) <= {"completed", "cancelled"}, counted
-    assert sum(counted.values()) == 16
-    if not stream:
-        assert counted == {"completed": 16.0}
+    # The SDK hangs up right after a stream's ``[DONE]``, often before the engine's own end
+    # reaches the gateway: such a stream was served whole and counts ``completed``.
+    assert counted == {"completed": 16.0}
 
 
 def test_an_engine_killed_between_probes_with_no_other_is_503_not_502(

@@ -136,7 +136,7 @@ class StreamRelay:
         exchange.finish(ending.outcome, progress.usage(exchange, ending), ttft_s=progress.ttft_s)
         if exchange.interrupts.reason is Interrupt.CLIENT_STALLED:
             await abort_connection(exchange.scope)
-        elif ending.outcome is not Outcome.CANCELLED:
+        elif ending.outcome is not Outcome.CANCELLED and not exchange.interrupts.gone:
             await self._end_stream(exchange, ending.tail)
 
     async def _read_whole(self, exchange: Exchange, response: Http1Response) -> bytes | None:
@@ -251,6 +251,10 @@ class StreamRelay:
                 return _Ending(Outcome.PREEMPTED, True, preempted_chunk(self.endpoint, ticket.id))
             if exc.reason is Interrupt.UPSTREAM_TIMEOUT:
                 return _SILENT
+            if exc.reason is Interrupt.DISCONNECTED and scanner.done:
+                # The engine's [DONE] reached the client, which then hung up (the
+                # official SDKs do) before the engine closed its stream: served whole.
+                return _Ending(Outcome.COMPLETED, True, b"")
             return _CANCELLED
         except UpstreamProtocolError as exc:
             return _Ending(Outcome.UPSTREAM_ERROR, False, error_event(exc.code, str(exc)))
