@@ -79,6 +79,12 @@ class ServerSpec(BaseModel):
     max_header_bytes: int = Field(32 * 1024, ge=1024, description="request line + headers (431)")
     max_headers: int = Field(100, ge=8, description="header fields per request (431)")
     dashboard: bool = Field(True, description="serve the live page /dashboard (admin key)")
+    metrics_key_env: str | None = Field(
+        None, description="environment variable holding the key /metrics needs (none: open)"
+    )
+    metrics_tenant_label: Literal["name", "hash", "none"] = Field(
+        "name", description="tenant label of metrics: the name, a 12-hex hash of it, or none"
+    )
 
 
 class TenantConfig(TenantSpec):

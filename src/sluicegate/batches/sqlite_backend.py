@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
+from sluicegate.batches.admin_store import AdminStore
 from sluicegate.batches.backend import (
     Claim,
     Counts,
@@ -42,6 +43,7 @@ class SqliteBatches:
         self._batches: BatchStore
         self._lines: LineStore
         self._finisher: Finisher
+        self._admin: AdminStore
 
     async def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         loop = asyncio.get_running_loop()
@@ -55,6 +57,7 @@ class SqliteBatches:
         self._batches = BatchStore(db)
         self._lines = LineStore(db)
         self._finisher = Finisher(db)
+        self._admin = AdminStore(db)
 
     async def close(self) -> None:
         """Close the database and stop its thread."""
@@ -168,3 +171,17 @@ class SqliteBatches:
     async def progress(self) -> Progress:
         """See ``BatchBackend``."""
         return await self._call(self._lines.progress)
+
+    async def admin_batches(
+        self, tenant: str | None, after: str | None, limit: int
+    ) -> tuple[list[Record], bool]:
+        """See ``BatchBackend``."""
+        return await self._call(self._admin.listing, tenant, after, limit)
+
+    async def active_batches(self) -> list[tuple[str, str]]:
+        """See ``BatchBackend``."""
+        return await self._call(self._admin.active)
+
+    async def stop_batch(self, batch_id: str, code: str, message: str, now: int) -> bool:
+        """See ``BatchBackend``."""
+        return await self._call(self._admin.stop, batch_id, code, message, now)
