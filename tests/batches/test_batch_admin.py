@@ -9,6 +9,8 @@ removed between two gateway runs on the same SQLite database: its lines end as
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from tests.batches.batch_harness import (
     KEY_A,
     KEY_B,
     TENANTS,
+    TERMINAL,
     batch_stack,
     by_custom_id,
     chat_line,
@@ -192,6 +195,14 @@ def test_file_content_is_no_store(tmp_path: Path) -> None:
         assert reply.headers.get("cache-control") == "no-store"
 
 
+def _status(tmp_path: Path, batch_id: str) -> str:
+    """A batch's status as the database holds it (read-only, beside the gateway)."""
+    uri = f"file:{tmp_path / 'batches.db'}?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
+        (status,) = conn.execute("SELECT status FROM batches WHERE id = ?", (batch_id,)).fetchone()
+    return str(status)
+
+
 ONLY_A = """tenants:
   - {name: a, api_key_env: KEY_A}
 """
@@ -210,17 +221,15 @@ def test_a_removed_tenants_batch_ends_tenant_removed_and_never_runs(tmp_path: Pa
         wait_batch(b, batch.id, lambda x: x.status == "in_progress", within_s=30)
 
     with batch_stack(tmp_path, tenants=ONLY_A) as live:
-        assert wait_until(
-            lambda: _admin(live, "GET", "/admin/batches").json()["data"][0]["status"]
-            == "cancelled",
-            30,
-        )
+        # read from the database itself, so the outcome shows whatever the gateway does
+        assert wait_until(lambda: _status(tmp_path, batch.id) in TERMINAL, 30)
+        stats = engine_stats(live.engine_url())
+        assert (stats["admitted_total"], stats["finished_total"]) == (0, 0), stats
+        assert _status(tmp_path, batch.id) == "cancelled"
         (row,) = _admin(live, "GET", "/admin/batches").json()["data"]
         assert (row["id"], row["tenant"]) == (batch.id, "b")
         assert row["errors"]["data"][0]["code"] == "tenant_removed"
         assert row["request_counts"] == {"total": 3, "completed": 0, "failed": 3}
-        stats = engine_stats(live.engine_url())
-        assert (stats["admitted_total"], stats["finished_total"]) == (0, 0), stats
         state = _admin(live, "GET", "/admin/state").json()
         assert state["models"][0]["tenants"] == []  # nobody's usage, not "other"'s
         assert _admin(live, "GET", "/admin/batches?tenant=b").json()["data"][0]["id"] == batch.id
