@@ -263,9 +263,7 @@ def test_the_tenant_label_mode_decides_what_metrics_show(mode: str) -> None:
     per model). ``/admin/state`` keeps the name in every mode (the admin is trusted)."""
     body = BODY + f"server: {{metrics_tenant_label: {mode}}}\n"
     with stack(body, environ=ENVIRON) as gateway:
-        served = http_call(
-            gateway.base_url, "POST", "/v1/completions", json=SMALL, key=TENANT_KEY
-        )
+        served = http_call(gateway.base_url, "POST", "/v1/completions", json=SMALL, key=TENANT_KEY)
         assert served.status == 200
         text = _metrics(gateway).body.decode()
         state = http_call(gateway.base_url, "GET", "/admin/state", key=ADMIN_KEY).json()
