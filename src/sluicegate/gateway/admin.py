@@ -96,17 +96,10 @@ def _has_body(request: Request) -> bool:
 
 
 def check_admin_write(request: Request, state: GatewayState) -> str:
-    """The admin key of a state-changing admin request, after its checks: not
-    cross-site (403 ``cross_site_request``), a body only as JSON (415
-    ``unsupported_media_type``), the key as a bearer token (401 ``invalid_admin_key``)."""
+    """The admin key of a state-changing admin request, after its checks, in this order:
+    not cross-site (403 ``cross_site_request``), the key as a bearer token (401
+    ``invalid_admin_key``), a body only as JSON (415 ``unsupported_media_type``)."""
     refuse_cross_site(request)
-    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-    if _has_body(request) and media != "application/json":
-        raise GatewayError(
-            415,
-            "unsupported_media_type",
-            "an admin action takes no body, or a JSON one (Content-Type: application/json)",
-        )
     token = admin_bearer(request.headers)
     if token is None or not state.keys.is_admin(token):
         raise GatewayError(
@@ -114,6 +107,13 @@ def check_admin_write(request: Request, state: GatewayState) -> str:
             "invalid_admin_key",
             "this action needs the admin key as Authorization: Bearer (HTTP Basic is only "
             "for the read-only dashboard)",
+        )
+    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if _has_body(request) and media != "application/json":
+        raise GatewayError(
+            415,
+            "unsupported_media_type",
+            "an admin action takes no body, or a JSON one (Content-Type: application/json)",
         )
     return token
 
