@@ -37,6 +37,7 @@ class RedisAdmin:
         self.base = base
         self._record = record
         self._cancel = cancel
+        self._tenant_of: dict[str, str] = {}  # a batch's tenant never changes
 
     async def _tenant_indexes(self, tenant: str | None) -> list[str]:
         index = self.base + "batches:"
@@ -77,11 +78,15 @@ class RedisAdmin:
             for status in ("validating", "in_progress")
             for i in await self._redis.zrange(f"{self.base}st:{status}", 0, -1)
         ]
+        known = {i: t for i in ids if (t := self._tenant_of.get(i)) is not None}
+        unknown = [i for i in ids if i not in known]
         async with self._redis.pipeline(transaction=False) as pipe:
-            for batch_id in ids:
+            for batch_id in unknown:
                 pipe.hget(f"{self.base}b:{batch_id}", "tenant")
             tenants = await pipe.execute()
-        return [(i, as_str(t)) for i, t in zip(ids, tenants, strict=True) if t is not None]
+        known |= {i: as_str(t) for i, t in zip(unknown, tenants, strict=True) if t is not None}
+        self._tenant_of = known  # only the active ones stay
+        return [(i, known[i]) for i in ids if i in known]
 
     async def stop(self, batch_id: str, code: str, message: str, now: int) -> bool:
         """The batch ``cancelling`` with ``code`` in its errors, then error lines ``code``
