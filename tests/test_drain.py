@@ -247,3 +247,35 @@ def test_a_bad_config_file_exits_1_naming_the_problem(tmp_path: Path) -> None:
     assert result.returncode == 1, result
     assert "server.port (line 1)" in result.stderr, result
     assert "Traceback" not in result.stderr, result
+
+
+def test_drain_cancel_undoes_a_drain(tmp_path: Path) -> None:
+    """``drain`` then ``drain --cancel``: exit 0 saying ``undrained``; ``/readyz`` is 200 again,
+    a new request is served, and ``/admin/state`` says not draining. A second ``--cancel`` (of
+    a gateway that admits) is harmless."""
+    with _gateway(tmp_path) as gateway:
+        assert _drain("--config", str(gateway.config_path), "--wait-s", "5").returncode == 0
+        assert http_call(gateway.base_url, "GET", "/readyz").status == 503
+        assert _small(gateway).status == 503
+        for _ in range(2):
+            result = _drain("--config", str(gateway.config_path), "--cancel")
+            assert result.returncode == 0, result
+            assert "undrained" in result.stdout, result
+        ready = http_call(gateway.base_url, "GET", "/readyz")
+        assert (ready.status, ready.json()) == (200, {"status": "ready"})
+        assert _small(gateway).status == 200
+        assert _state(gateway).json()["draining"] is False
+
+
+def test_drain_cancel_with_a_wrong_key_exits_1_and_stays_drained(tmp_path: Path) -> None:
+    """``--cancel`` with a wrong key: exit 1 saying the key was refused (never printing it);
+    the gateway stays drained."""
+    wrong = "wrong-cancel-canary-5e0a"
+    with _gateway(tmp_path) as gateway:
+        assert _drain("--config", str(gateway.config_path), "--wait-s", "5").returncode == 0
+        result = _drain("--config", str(gateway.config_path), "--cancel", key=wrong)
+        output = result.stdout + result.stderr
+        assert result.returncode == 1, result
+        assert "refused the admin key" in output, output
+        assert wrong not in output
+        assert _state(gateway).json()["draining"] is True

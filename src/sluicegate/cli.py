@@ -116,10 +116,12 @@ def drain(
         ),
     ] = None,
     wait_s: Annotated[float, typer.Option(help="wait at most this long for it to go idle")] = 25.0,
+    cancel: Annotated[bool, typer.Option("--cancel", help="undo a drain: admit again")] = False,
 ) -> None:
     """Stop a running gateway admitting and wait until nothing is queued or running
-    (a Kubernetes preStop hook). Exits 0 once idle, 3 if still busy after --wait-s."""
-    from sluicegate.drain import DrainError
+    (a Kubernetes preStop hook). Exits 0 once idle, 3 if still busy after --wait-s.
+    With --cancel, undo a drain instead (exit 0 once every worker admits again)."""
+    from sluicegate.drain import DrainError, undrain
     from sluicegate.drain import drain as drain_gateway
 
     try:
@@ -134,6 +136,12 @@ def drain(
         raise typer.Exit(1)
     port = loaded.server.port if loaded is not None else 8080
     try:
+        if cancel:
+            if not undrain(url or f"http://127.0.0.1:{port}", key):
+                err.print("[red]drain --cancel: a worker did not answer; it may still drain[/red]")
+                raise typer.Exit(3)
+            console.print("undrained: admitting again")
+            return
         result = drain_gateway(url or f"http://127.0.0.1:{port}", key, wait_s=wait_s)
     except DrainError as exc:
         err.print(f"[red]drain: {exc}[/red]")

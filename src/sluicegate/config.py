@@ -93,6 +93,12 @@ class ServerSpec(BaseModel):
         description="an engine answer read whole (non-streamed), as it arrives (502)",
     )
     dashboard: bool = Field(True, description="serve the live page /dashboard (admin key)")
+    metrics_key_env: str | None = Field(
+        None, description="environment variable holding the key /metrics needs (none: open)"
+    )
+    metrics_tenant_label: Literal["name", "hash", "none"] = Field(
+        "name", description="tenant label of metrics: the name, a 12-hex hash of it, or none"
+    )
 
 
 class TenantConfig(TenantSpec):

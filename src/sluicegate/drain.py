@@ -4,7 +4,8 @@ Meant for a Kubernetes ``preStop`` hook: ``POST /admin/drain`` makes ``/readyz``
 answer 503 (the pod leaves the Service's endpoints) and refuses new requests with
 503 ``draining`` and ``Retry-After``, while queued and running requests finish;
 the command returns once nothing is queued or running, or after ``wait_s``, and
-the container's SIGTERM follows.
+the container's SIGTERM follows. ``sluicegate drain --cancel`` undoes a drain
+(``POST /admin/undrain``): ``/readyz`` is 200 again and new requests are admitted.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 import orjson
 
-__all__ = ["DrainError", "DrainResult", "busy_counts", "drain"]
+__all__ = ["DrainError", "DrainResult", "busy_counts", "drain", "undrain"]
 
 
 class DrainError(Exception):
@@ -54,7 +55,8 @@ def _call(url: str, method: str, key: str, timeout_s: float) -> object:
     request = urllib.request.Request(
         url,
         method=method,
-        headers={"Authorization": f"Bearer {key}"},
+        # The admin actions refuse a body that is not JSON: an empty one, typed JSON.
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
         data=b"" if method == "POST" else None,
     )
     try:
@@ -90,3 +92,12 @@ def drain(
         if waited >= wait_s:
             return DrainResult(False, waited, queued, running)
         sleep(min(poll_s, max(0.0, wait_s - waited)))
+
+
+def undrain(base_url: str, admin_key: str) -> bool:
+    """Undo a drain of the gateway at ``base_url``: whether every worker admits again
+    (false when a worker of ``serve --workers`` did not answer)."""
+    answer = _call(f"{base_url.rstrip('/')}/admin/undrain", "POST", admin_key, timeout_s=5.0)
+    if not isinstance(answer, dict):
+        raise DrainError("/admin/undrain did not answer an object")
+    return answer.get("draining") is False

@@ -543,6 +543,18 @@ def test_drain_rejects_new_but_runs_queued(
     assert ids(sched.complete(TicketId("run"), OK, 2.0), Admit) == ["queued"]
 
 
+def test_undrain_admits_new_tickets_again(
+    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
+) -> None:
+    """undrain() after drain(): a new submit is admitted again, as before the drain."""
+    sched = Scheduler(make_spec(make_lane()))
+    sched.drain()
+    the_reject(sched.submit(make_ticket("refused"), 0.0))
+    sched.undrain()
+    assert not sched.draining
+    assert ids(sched.submit(make_ticket("new"), 1.0), Admit) == ["new"]
+
+
 # ---------------------------------------------------------------------------- health
 
 

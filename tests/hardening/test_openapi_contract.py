@@ -115,6 +115,7 @@ def test_document_names_every_endpoint_and_error_status() -> None:
     expected = {
         "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/healthz",
         "/readyz", "/metrics", "/openapi.json", "/admin/state", "/admin/drain", "/dashboard",
+        "/admin/undrain", "/admin/batches", "/admin/batches/{batch_id}/cancel",
         "/v1/files", "/v1/files/{file_id}", "/v1/files/{file_id}/content", "/v1/batches",
         "/v1/batches/{batch_id}", "/v1/batches/{batch_id}/cancel",
     }  # fmt: skip

@@ -255,3 +255,18 @@ class BatchBackend(Protocol):
         for ``batch_retention_s`` (with their results; their files expire on their own) and
         uploads older than ``UPLOAD_TTL_S`` that never finished; each frees its quota.
         Safe from many processes at once (what another deleted is skipped)."""
+
+    async def admin_batches(
+        self, tenant: str | None, after: str | None, limit: int
+    ) -> tuple[list[Record], bool]:
+        """Every tenant's batches (only ``tenant``'s when given) newest first, after the batch
+        ``after``; whether more follow. For the admin: each record names its tenant."""
+
+    async def active_batches(self) -> list[tuple[str, str]]:
+        """``(batch id, tenant)`` of every ``validating`` or ``in_progress`` batch."""
+
+    async def stop_batch(self, batch_id: str, code: str, message: str, now: int) -> bool:
+        """End a ``validating``/``in_progress`` batch for a reason of the gateway's: each line
+        without a result gets an error line ``code``, the batch's ``errors`` name ``code``,
+        and it becomes ``cancelling`` (``finish_due`` ends it ``cancelled``). Whether it was
+        such a batch."""

@@ -31,6 +31,7 @@ counters and its batch's state in the same script anyway.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
@@ -54,6 +55,7 @@ from sluicegate.batches.backend import (
     take_chunk,
 )
 from sluicegate.batches.objects import STATUS_TIMES, new_id
+from sluicegate.batches.redis_admin import RedisAdmin
 from sluicegate.batches.redis_lifecycle import RedisLifecycle, as_bytes, as_str
 from sluicegate.batches.redis_retention import RedisRetention, refusal
 
@@ -120,6 +122,7 @@ class RedisBatches:
         self._scripts: dict[str, Any] = {}
         self._lifecycle: RedisLifecycle | None = None
         self._retention: RedisRetention | None = None
+        self._admin: RedisAdmin | None = None
 
     @property
     def _redis(self) -> aioredis.Redis:
@@ -143,6 +146,8 @@ class RedisBatches:
             self._scripts[name] = client.register_script(source)
         self._lifecycle = RedisLifecycle(client, self.base, self.file_retention_s)
         self._retention = RedisRetention(client, self.base)
+        cancel = functools.partial(self._run, "CANCEL")
+        self._admin = RedisAdmin(client, self.base, self.record, cancel)
 
     async def close(self) -> None:
         """Disconnect."""
@@ -402,3 +407,22 @@ class RedisBatches:
                     lines[key] = lines.get(key, 0) + int(value)
         batches = {as_str(st): int(n) for st, n in by_status.items() if int(n) > 0}
         return lines, batches
+
+    async def admin_batches(
+        self, tenant: str | None, after: str | None, limit: int
+    ) -> tuple[list[Record], bool]:
+        """See ``BatchBackend`` (``redis_admin``)."""
+        assert self._admin is not None
+        return await self._admin.listing(
+            tenant, after, limit, lambda raw: _record(raw, BATCH_COLUMNS, _BATCH_INTS)
+        )
+
+    async def active_batches(self) -> list[tuple[str, str]]:
+        """See ``BatchBackend`` (``redis_admin``)."""
+        assert self._admin is not None
+        return await self._admin.active()
+
+    async def stop_batch(self, batch_id: str, code: str, message: str, now: int) -> bool:
+        """See ``BatchBackend`` (``redis_admin``)."""
+        assert self._admin is not None
+        return await self._admin.stop(batch_id, code, message, now)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
+from sluicegate.batches.admin_store import AdminStore
 from sluicegate.batches.backend import (
     NO_QUOTA,
     Claim,
@@ -51,6 +52,7 @@ class SqliteBatches:
         self._batches: BatchStore
         self._lines: LineStore
         self._finisher: Finisher
+        self._admin: AdminStore
 
     async def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         loop = asyncio.get_running_loop()
@@ -66,6 +68,7 @@ class SqliteBatches:
         self._finisher = Finisher(db, self.file_retention_s)
         if self.file_retention_s is not None:
             await self._call(self._files.expire_unexpiring, self.file_retention_s)
+        self._admin = AdminStore(db)
 
     async def close(self) -> None:
         """Close the database and stop its thread."""
@@ -209,3 +212,17 @@ class SqliteBatches:
         if batch_retention_s is not None:
             batches = await self._call(self._batches.purge, now, batch_retention_s, limit)
         return Swept(files=files, batches=batches, uploads=uploads)
+
+    async def admin_batches(
+        self, tenant: str | None, after: str | None, limit: int
+    ) -> tuple[list[Record], bool]:
+        """See ``BatchBackend``."""
+        return await self._call(self._admin.listing, tenant, after, limit)
+
+    async def active_batches(self) -> list[tuple[str, str]]:
+        """See ``BatchBackend``."""
+        return await self._call(self._admin.active)
+
+    async def stop_batch(self, batch_id: str, code: str, message: str, now: int) -> bool:
+        """See ``BatchBackend``."""
+        return await self._call(self._admin.stop, batch_id, code, message, now)

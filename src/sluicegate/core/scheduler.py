@@ -352,6 +352,10 @@ class Scheduler:
         """Stop accepting new tickets; queued and running ones finish."""
         self.draining = True
 
+    def undrain(self) -> None:
+        """Accept new tickets again after ``drain`` (a no-op when not draining)."""
+        self.draining = False
+
     def next_wakeup(self) -> float | None:
         """The earliest time ``tick`` has work to do, or ``None``."""
         expiry = self._expiry

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import functools
 import gc
+import os
 import socket
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -20,6 +21,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from sluicegate.config import Config, ConfigError
+from sluicegate.gateway.admin import NO_STORE_PREFIXES, AdminBatches, no_store
 from sluicegate.gateway.batch_lane import BatchLane, batch_routes_off
 from sluicegate.gateway.clock import Clock, OffsetClock
 from sluicegate.gateway.dashboard import Dashboard
@@ -31,9 +33,24 @@ from sluicegate.gateway.scrape import poll_forever
 from sluicegate.gateway.state import GatewayState
 
 
-def check_servable(config: Config) -> None:
+def metrics_key(config: Config, environ: Mapping[str, str] | None = None) -> str | None:
+    """The key ``/metrics`` needs (``server.metrics_key_env``), or None when it is open;
+    ``ConfigError`` naming the variable when the config names one that is unset or empty."""
+    name = config.server.metrics_key_env
+    if name is None:
+        return None
+    key = (os.environ if environ is None else environ).get(name, "")
+    if not key:
+        raise ConfigError(f"server.metrics_key_env: environment variable {name} is not set")
+    return key
+
+
+def check_servable(config: Config, environ: Mapping[str, str] | None = None) -> None:
     """``ConfigError`` for what a valid config still lacks to be served: a backend for each
-    model, backend URLs, and an existing directory for ``batches.path``."""
+    model, backend URLs, an existing directory for ``batches.path``, and the metrics key
+    when ``server.metrics_key_env`` names one (read from ``environ``, default
+    ``os.environ``)."""
+    metrics_key(config, environ)
     for model in config.models:
         if not model.backends:
             raise ConfigError(f"models[{model.name}].backends: the gateway needs at least one")
@@ -77,6 +94,8 @@ class GatewayApp:
             if handler is not None:
                 await handler(scope, receive, send)
                 return
+        if scope["type"] == "http" and scope["path"].startswith(NO_STORE_PREFIXES):
+            send = no_store(send)
         await self._fallback(scope, receive, send)
 
 
@@ -106,9 +125,9 @@ def build_app(
     ``uvicorn_protocol_kwargs(connection_limits(config))`` so the header, body and
     write-buffer limits hold (``serve`` does).
     """
-    check_servable(config)
+    check_servable(config, environ)
     state = GatewayState(config, environ, clock=clock)
-    ops = Ops(state)
+    ops = Ops(state, metrics_key(config, environ))
     inference = {
         PATHS[endpoint]: InferenceHandler(state, endpoint)
         for endpoint in ("chat", "completions", "embeddings")
@@ -162,6 +181,8 @@ def build_app(
         Route("/metrics", ops.metrics, methods=["GET"]),
         Route("/admin/state", ops.admin_state, methods=["GET"]),
         Route("/admin/drain", ops.admin_drain, methods=["POST"]),
+        Route("/admin/undrain", ops.admin_undrain, methods=["POST"]),
+        *AdminBatches(state, None if batches is None else batches.backend).routes(),
         *Dashboard(state).routes(),
         *(batch_routes_off() if batches is None else batches.routes()),
     ]

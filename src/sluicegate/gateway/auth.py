@@ -29,6 +29,10 @@ class KeyRing:
         self._tenants = {hashlib.sha256(k.encode()).digest(): t for k, t in keys.items()}
         self._admin = hashlib.sha256(admin_key.encode()).digest() if admin_key else None
 
+    def tenants(self) -> frozenset[str]:
+        """Every tenant a key names: those a request (or a batch line) can belong to."""
+        return frozenset(self._tenants.values())
+
     def tenant(self, token: str) -> str | None:
         """The tenant owning ``token``, or ``None``."""
         return self._tenants.get(hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest())
@@ -98,3 +102,18 @@ def admin_token(headers: Headers) -> str | None:
         return None
     token = bearer(values[0])
     return token if token is not None else basic_password(values[0])
+
+
+def admin_bearer(headers: Headers) -> str | None:
+    """The key a state-changing admin request presents: only ``Authorization: Bearer``.
+
+    HTTP Basic is refused here: a browser caches it once the dashboard was opened and
+    would send it with any form another site makes it post.
+    """
+    return request_token(headers)
+
+
+def same_digest(token: str, digest: bytes) -> bool:
+    """Whether ``token`` hashes to ``digest`` (SHA-256), compared in constant time."""
+    presented = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+    return hmac.compare_digest(presented, digest)

@@ -189,7 +189,9 @@ class BatchApi:
                 start += len(page)
                 yield b"".join(line + b"\n" for line in page)
 
-        return StreamingResponse(pages(), media_type="application/jsonl")
+        return StreamingResponse(
+            pages(), media_type="application/jsonl", headers={"Cache-Control": "no-store"}
+        )
 
     async def create(self, request: Request, tenant: str) -> Response:
         """``POST /v1/batches``: a batch of the tenant's input file, in the lane named by

@@ -12,6 +12,10 @@ Every ``poll_interval_s`` it also checks new batches, ends those that are done,
 expired or cancelled (``batches/finish.py``), stops its lines of batches that
 ended, and renews the leases of the lines it runs.
 
+A batch whose tenant the gateway no longer knows (its key left the config) is
+stopped, never run under another tenant's limits: its unfinished lines become
+``tenant_removed`` error lines and it ends ``cancelled`` (DESIGN §20).
+
 What a line's answer means: 2xx, an output line; a preemption, or a refusal
 for now (429, 503), the line waits and runs again (not an attempt); an engine
 failure (5xx), another attempt after a backoff, an error line after
@@ -35,7 +39,7 @@ from starlette.types import ASGIApp
 
 from sluicegate.batches.backend import BatchBackend, Claim, Result, Retry
 from sluicegate.batches.lines import LineError, LineRequest, read_line
-from sluicegate.batches.objects import new_id, output_line
+from sluicegate.batches.objects import error_line, new_id, output_line
 from sluicegate.batches.spec import BatchesSpec
 from sluicegate.gateway.batch_dispatch import LineAnswer, LineCall
 from sluicegate.gateway.batch_metrics import BatchProgress
@@ -45,6 +49,8 @@ log = logging.getLogger("sluicegate.batches")
 RETRY_LATER_S = 1.0
 """How long a refused line waits when the refusal named no time."""
 MAX_BACKOFF_S = 60.0
+TENANT_REMOVED = "tenant_removed"
+TENANT_REMOVED_MESSAGE = "The batch's tenant is no longer configured on the gateway."
 
 
 @dataclass(slots=True)
@@ -82,6 +88,8 @@ class BatchRunner:
         self._routes: dict[str, tuple[str, str, str]] = {}
         self._wake = asyncio.Event()
         self._next_chores = 0.0
+        # Whom a request can belong to now: a batch of anyone else is stopped, not run.
+        self._tenants = state.keys.tenants() if state.auth_required else {state.anonymous_tenant}
 
     def check_line(self, endpoint: str, lane: str, text: bytes) -> LineRequest | LineError:
         """Check one input line of a batch for ``endpoint`` running in ``lane``."""
@@ -133,6 +141,11 @@ class BatchRunner:
     async def _chores(self, now: float) -> None:
         backend = self.backend
         changed = await backend.validate_pending(self.check_line, int(now))
+        for batch_id, tenant in await backend.active_batches():
+            if tenant not in self._tenants and await backend.stop_batch(
+                batch_id, TENANT_REMOVED, TENANT_REMOVED_MESSAGE, int(now)
+            ):
+                log.warning("batch %s stopped: its tenant is no longer configured", batch_id)
         changed += await backend.finish_due(int(now))
         for batch_id, status in changed:
             log.info("batch %s is %s", batch_id, status)
@@ -156,6 +169,10 @@ class BatchRunner:
                 return
             self._routes[claim.batch_id] = route
         tenant, lane, endpoint = route
+        if tenant not in self._tenants:
+            text = error_line(claim.custom_id, TENANT_REMOVED, TENANT_REMOVED_MESSAGE)
+            self._results.append(Result(claim.batch_id, claim.idx, False, text))
+            return
         handler = self._handlers[endpoint]
         call = LineCall(endpoint, claim.body, tenant, lane, self.spec.priority, new_id("req_"))
         task = asyncio.create_task(self._serve(claim, call, handler))

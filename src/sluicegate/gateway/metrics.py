@@ -7,6 +7,7 @@ so the hot path never touches them.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections import deque
@@ -38,6 +39,8 @@ LATENCY_BUCKETS = (
     320.0,
 )
 OTHER_TENANT = "other"
+TENANT_HASH_HEX = 12
+"""Hex digits of SHA-256 a hashed tenant label keeps (``server.metrics_tenant_label: hash``)."""
 WAIT_WINDOW_S = 60.0
 """How far back ``/admin/state``'s queue-wait quantiles look."""
 WAIT_WINDOW_MAX = 4096
@@ -179,10 +182,13 @@ class GatewayMetrics:
         scheduler: Scheduler,
         tenants: Collection[str],
         clock: Callable[[], float] = time.monotonic,
+        *,
+        tenant_label: str = "name",
     ) -> None:
         self.registry = CollectorRegistry()
         self.clock = clock
         self._tenants = frozenset(tenants)
+        self._tenant_mode = tenant_label
         # (model, tenant label) -> [requests, prompt tokens, completion tokens]
         self.usage: dict[tuple[str, str], list[int]] = {}
         self.queue_wait = Histogram(
@@ -212,10 +218,11 @@ class GatewayMetrics:
             ["model", "lane", "outcome"],
             registry=self.registry,
         )
+        # server.metrics_tenant_label: none drops the label, so the family sums every tenant.
         self.tokens = Counter(
             "sluicegate_tokens",
             "Tokens served, by tenant (configured tenants only; others are 'other').",
-            ["model", "tenant", "kind"],
+            ["model", "kind"] if tenant_label == "none" else ["model", "tenant", "kind"],
             registry=self.registry,
         )
         self.registry.register(_SchedulerGauges(scheduler, clock))
@@ -242,17 +249,28 @@ class GatewayMetrics:
         return found
 
     def tenant_label(self, tenant: str) -> str:
-        """The tenant as a bounded label value."""
+        """The tenant as a bounded value (a configured name, else ``other``), as
+        ``/admin/state`` shows it."""
         return tenant if tenant in self._tenants else OTHER_TENANT
+
+    def exposed_tenant(self, label: str) -> tuple[str, ...]:
+        """The ``tenant`` label values ``/metrics`` shows for ``label`` (of ``tenant_label``):
+        the name, its hash, or nothing (``server.metrics_tenant_label``)."""
+        if self._tenant_mode == "none":
+            return ()
+        if self._tenant_mode == "hash" and label != OTHER_TENANT:
+            return (hashlib.sha256(label.encode()).hexdigest()[:TENANT_HASH_HEX],)
+        return (label,)
 
     def served(self, model: str, tenant: str, prompt_tokens: int, completion_tokens: int) -> None:
         """Count tokens served for ``tenant``."""
         children = self._token_children.get((model, tenant))
         if children is None:
             label = self.tenant_label(tenant)
+            exposed = self.exposed_tenant(label)
             children = (
-                self.tokens.labels(model, label, "prompt"),
-                self.tokens.labels(model, label, "completion"),
+                self.tokens.labels(model, *exposed, "prompt"),
+                self.tokens.labels(model, *exposed, "completion"),
                 self.usage.setdefault((model, label), [0, 0, 0]),
             )
             if len(self._token_children) < 100_000:

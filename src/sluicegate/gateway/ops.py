@@ -1,7 +1,8 @@
-"""Operations endpoints: health, readiness, metrics, models, OpenAPI, admin state and drain.
+"""Operations endpoints: health, readiness, metrics, models, OpenAPI, admin state, drain
+and undrain.
 
-Under ``serve --workers N`` (N > 1) ``/metrics``, ``/admin/state`` and ``/admin/drain``
-answer for the whole gateway: the worker that receives one asks its siblings
+Under ``serve --workers N`` (N > 1) ``/metrics``, ``/admin/state``, ``/admin/drain`` and
+``/admin/undrain`` answer for the whole gateway: the worker that receives one asks its siblings
 (``gateway/siblings.py``) and merges their answers. ``/healthz`` and ``/readyz``
 answer for the worker that receives them.
 """
@@ -9,6 +10,7 @@ answer for the worker that receives them.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.resources
 import os
 import time
@@ -19,7 +21,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sluicegate.gateway.auth import admin_token, request_token
+from sluicegate.gateway.admin import check_admin_read, check_admin_write
+from sluicegate.gateway.auth import request_token, same_digest
 from sluicegate.gateway.batch_metrics import BatchProgress
 from sluicegate.gateway.errors import GatewayError, error_response
 from sluicegate.gateway.siblings import (
@@ -46,8 +49,10 @@ def openapi_document() -> bytes:
 class Ops:
     """Handlers for the non-inference endpoints of one gateway."""
 
-    def __init__(self, state: GatewayState) -> None:
+    def __init__(self, state: GatewayState, metrics_key: str | None = None) -> None:
         self.state = state
+        # server.metrics_key_env: without a key /metrics is open, as before.
+        self._metrics_key = hashlib.sha256(metrics_key.encode()).digest() if metrics_key else None
         self._created = int(time.time())
         openapi_document()  # parsed once, at start-up: a broken document fails here
         self.topology = topology_from_environ()
@@ -84,12 +89,22 @@ class Ops:
 
     async def metrics(self, request: Request) -> Response:
         """Prometheus text format (every worker's samples, labelled ``worker``, under
-        ``serve --workers``)."""
+        ``serve --workers``); with ``server.metrics_key_env``, only for that key (or the
+        admin key) as a bearer token."""
+        token = request_token(request.headers)
+        if self._metrics_key is not None and (
+            token is None
+            or not (same_digest(token, self._metrics_key) or self.state.keys.is_admin(token))
+        ):
+            return error_response(
+                401, "invalid_metrics_key", "/metrics needs the metrics key as a bearer token"
+            )
         local = generate_latest(self.state.metrics.registry)
         topology = self.topology
         if topology is None or not self._fans_out(request):
             return Response(local, media_type=CONTENT_TYPE_LATEST)
-        answers = await ask_siblings(topology, "GET", "/metrics", None)
+        authorization = None if token is None else f"Bearer {token}"
+        answers = await ask_siblings(topology, "GET", "/metrics", authorization)
         texts = [(topology.index, local.decode())]
         texts += [(a.index, a.body.decode()) for a in answers if a.status == 200]
         up = {topology.index: True} | {a.index: a.status == 200 for a in answers}
@@ -116,17 +131,11 @@ class Ops:
         """This gateway's OpenAPI document, as JSON."""
         return Response(openapi_document(), media_type="application/json")
 
-    def _admin(self, request: Request) -> str:
-        token = admin_token(request.headers)
-        if token is None or not self.state.keys.is_admin(token):
-            raise GatewayError(401, "invalid_admin_key", "this endpoint needs the admin key")
-        return token
-
     async def admin_state(self, request: Request) -> Response:
         """Queues, running counts, limits and backends of every model (of every worker,
         as ``{"workers": [...]}``, under ``serve --workers``)."""
         try:
-            token = self._admin(request)
+            token = check_admin_read(request, self.state)
         except GatewayError as exc:
             return exc.response()
         local = self._local_state()
@@ -214,18 +223,37 @@ class Ops:
     async def admin_drain(self, request: Request) -> Response:
         """Stop admitting new requests; queued and running ones finish (in every worker,
         and in any worker restarted later, under ``serve --workers``)."""
+        return await self._set_draining(request, draining=True)
+
+    async def admin_undrain(self, request: Request) -> Response:
+        """Admit new requests again after a drain (in every worker, and the drain mark goes,
+        so a worker restarted later admits too, under ``serve --workers``)."""
+        return await self._set_draining(request, draining=False)
+
+    async def _set_draining(self, request: Request, *, draining: bool) -> Response:
         try:
-            token = self._admin(request)
+            token = check_admin_write(request, self.state)
         except GatewayError as exc:
             return exc.response()
-        self.state.scheduler.drain()
+        scheduler = self.state.scheduler
+        if draining:
+            scheduler.drain()
+        else:
+            scheduler.undrain()
         topology = self.topology
         if topology is None or not self._fans_out(request):
-            return _json({"draining": True})
-        topology.drain_mark.touch()
-        answers = await ask_siblings(topology, "POST", "/admin/drain", f"Bearer {token}")
-        workers = _merged({"draining": True, "worker": topology.index}, topology.index, answers)
-        return _json({"draining": all("error" not in w for w in workers), "workers": workers})
+            return _json({"draining": draining})
+        if draining:
+            topology.drain_mark.touch()
+        else:
+            topology.drain_mark.unlink(missing_ok=True)
+        path = "/admin/drain" if draining else "/admin/undrain"
+        answers = await ask_siblings(topology, "POST", path, f"Bearer {token}")
+        workers = _merged({"draining": draining, "worker": topology.index}, topology.index, answers)
+        # "draining" says the gateway as a whole is in the state asked for: every worker
+        # answered (a silent one may still be in the other state).
+        complete = all("error" not in w for w in workers)
+        return _json({"draining": draining if complete else not draining, "workers": workers})
 
 
 def _merged(

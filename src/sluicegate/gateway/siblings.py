@@ -4,10 +4,10 @@ With ``SO_REUSEPORT`` the kernel hands each connection on the shared port to any
 worker, so the endpoints that describe the whole gateway ask the other workers.
 Every worker also serves its app on a private unix socket in the run directory
 (``<run_dir>/w<i>.sock``); the worker that answers ``/metrics``,
-``/admin/state`` or ``/admin/drain`` on the shared port sends the same request
-with ``?worker=local`` to its siblings over those sockets (a request with
-``?worker=local`` is answered by the worker alone and never fans out) and merges
-the answers. The single-process gateway has no ``WorkerTopology`` and never
+``/admin/state``, ``/admin/drain`` or ``/admin/undrain`` on the shared port sends
+the same request with ``?worker=local`` to its siblings over those sockets (a
+request with ``?worker=local`` is answered by the worker alone and never fans
+out) and merges the answers. The single-process gateway has no ``WorkerTopology`` and never
 comes here.
 """
 
@@ -29,7 +29,8 @@ LOCAL_QUERY = "worker=local"
 """The query string of a request one worker answers alone."""
 
 DRAIN_MARK = "draining"
-"""A file in the run directory: the gateway was drained, and a restarted worker drains too."""
+"""A file in the run directory: the gateway was drained, and a restarted worker drains too
+(``/admin/undrain`` removes it)."""
 
 SIBLING_TIMEOUT_S = 2.0
 """How long a fan-out waits for one sibling before counting it as not answering."""

@@ -84,7 +84,12 @@ class GatewayState:
                 for backend in model.backends:
                     down = BackendStats(model.name, backend.name, healthy=False)
                     self.scheduler.observe_backend(down, self.driver.now())
-        self.metrics = GatewayMetrics(self.scheduler, self._tenants, self.driver.now)
+        self.metrics = GatewayMetrics(
+            self.scheduler,
+            self._tenants,
+            self.driver.now,
+            tenant_label=config.server.metrics_tenant_label,
+        )
         if self.link is not None:
             link = self.link
             link.metrics = StoreMetrics(
