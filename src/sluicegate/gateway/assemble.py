@@ -17,12 +17,7 @@ text, whose string is kept as it came. All kept strings are decoded in one call
 at the end, and the body is built once.
 
 The answer keeps every field the engine sent, as its non-streamed answer would hold
-it: the chunks' top-level fields (``system_fingerprint``, ``created``, …), the whole
-``usage`` (``prompt_tokens_details``, …), and per choice every field of the deltas
-merged into the message — ``content``, ``reasoning_content`` and ``reasoning``
-concatenated in order (each may be the template's text), other strings concatenated
-(``refusal``, a tool call's ``arguments``), ``tool_calls`` merged by ``index``, and
-the choice's own fields (``logprobs`` lists joined, ``stop_reason`` the last given).
+it, for every choice (``n`` > 1): see ``gateway/assemble_fields.py``.
 """
 
 from __future__ import annotations
@@ -31,15 +26,27 @@ import time
 
 import orjson
 
+from sluicegate.gateway.assemble_fields import (
+    CHOICE_OWN,
+    TEXT_FIELDS,
+    TOP_OWN,
+    ChoiceParts,
+    added_usage,
+    checked_usage,
+    merge,
+)
 from sluicegate.gateway.classify import Endpoint
-from sluicegate.gateway.delta_template import DeltaTemplate, decoded_tokens
+from sluicegate.gateway.delta_template import DeltaTemplate
 from sluicegate.gateway.scanner import DONE
 from sluicegate.gateway.sse import SseSplitter, payloads_of
 
 DIGEST_BYTES = 16 * 1024
+MAX_CHOICES = 128
+"""Choice indexes kept apart; a larger one (the gateway allows ``n`` ≤ 16) joins choice 0."""
 
 # Fields whose streamed form this assembler does not merge: such requests are
-# forwarded untouched instead.
+# forwarded untouched instead (tool calls and log probabilities an engine streams in
+# its own ways; they are merged when they come, but not asked for).
 UNMERGED_FIELDS = ("tools", "functions", "logprobs", "top_logprobs", "tool_choice")
 
 
@@ -49,7 +56,7 @@ def streamable_copy(raw: bytes) -> bytes | None:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(body, dict) or body.get("n", 1) != 1:
+    if not isinstance(body, dict):
         return None
     if any(field in body for field in UNMERGED_FIELDS):
         return None
@@ -59,65 +66,6 @@ def streamable_copy(raw: bytes) -> bytes | None:
         return orjson.dumps(body)
     except TypeError:  # nested deeper than orjson writes
         return None
-
-
-_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
-TEXT_FIELDS = {"chat": ("content", "reasoning_content", "reasoning"), "completions": ("text",)}
-"""A delta's (completions: a choice's) text fields: concatenated, each may be templated."""
-_KEPT_FIRST = frozenset({"role", "id", "type"})
-"""Strings of a delta that name rather than continue: the first one given stands."""
-_TOP_OWN = frozenset({"id", "object", "created", "model", "choices", "usage", "error"})
-_CHOICE_OWN = frozenset({"index", "delta", "text", "finish_reason"})
-
-
-def _usage(usage: dict[str, object]) -> dict[str, object] | None:
-    """An engine's ``usage`` as it came (details included), if its token counts are
-    non-negative integers; those that are not are left out (None if none is)."""
-    counts = {
-        name: value for name in _COUNTS if type(value := usage.get(name)) is int and value >= 0
-    }
-    if not counts:
-        return None
-    return {**counts, **{k: v for k, v in usage.items() if k not in _COUNTS}}
-
-
-def _merge(into: dict[str, object], key: str, value: object, *, concat: bool) -> None:
-    """Fold one streamed field into what the earlier chunks gave: ``null`` adds nothing,
-    dicts merge field by field, lists of ``index``-ed objects (tool calls) by index and
-    other lists are joined; strings are joined when ``concat`` (a delta's, except those
-    in ``_KEPT_FIRST``); any other value replaces the earlier one."""
-    old = into.get(key)
-    if value is None:
-        into.setdefault(key, None)
-    elif isinstance(old, str) and isinstance(value, str):
-        if key in _KEPT_FIRST:
-            return
-        into[key] = old + value if concat else value
-    elif isinstance(old, dict) and isinstance(value, dict):
-        for name, item in value.items():
-            _merge(old, name, item, concat=concat)
-    elif isinstance(old, list) and isinstance(value, list):
-        _merge_list(old, value, concat=concat)
-    else:
-        into[key] = value
-
-
-def _merge_list(old: list[object], more: list[object], *, concat: bool) -> None:
-    """Tool calls (objects with an ``index``) merge into the one with that index; other
-    items (log probabilities) are appended."""
-    for item in more:
-        if isinstance(item, dict) and type(index := item.get("index")) is int:
-            same = next((o for o in old if isinstance(o, dict) and o.get("index") == index), None)
-            if same is not None:
-                for name, value in item.items():
-                    _merge(same, name, value, concat=concat)
-                continue
-        old.append(item)
-
-
-def _unindexed(call: object) -> object:
-    """A merged tool call without the ``index`` its deltas were matched by."""
-    return {k: v for k, v in call.items() if k != "index"} if isinstance(call, dict) else call
 
 
 class StreamAssembler:
@@ -130,22 +78,20 @@ class StreamAssembler:
     """
 
     __slots__ = (
-        "_choice",
+        "_choices",
         "_fields",
         "_held",
         "_held_bytes",
         "_held_events",
-        "_message",
+        "_inline_usage",
         "_splitter",
         "_template",
-        "_texts",
         "_top",
         "chunks",
         "created",
         "done",
         "endpoint",
         "error",
-        "finish_reason",
         "id",
         "malformed",
         "model",
@@ -161,18 +107,15 @@ class StreamAssembler:
         self._held: list[bytes] = []  # reads not yet read into events
         self._held_bytes = 0
         self._held_events = 0  # data: fields in them, an estimate of their chunks
-        # Per text field, its texts in order, each as a JSON string token, decoded
-        # together at the end.
-        self._texts: dict[str, list[bytes]] = {}
+        self._choices: dict[int, ChoiceParts] = {0: ChoiceParts()}  # by index
         self._top: dict[str, object] = {}  # the chunks' other top-level fields
-        self._choice: dict[str, object] = {}  # the choice's own fields (logprobs, …)
-        self._message: dict[str, object] = {}  # the deltas' other fields (role, tool_calls…)
         self.chunks = 0  # content chunks (non-empty texts) read so far
         self.done = False
         self.error = False
         self.malformed = False
-        self.finish_reason: str | None = None
-        self.usage: dict[str, object] | None = None
+        self.usage: dict[str, object] | None = None  # the usage chunks' (added up)
+        # Usage sent beside choices (vLLM's continuous usage stats): a running total.
+        self._inline_usage: dict[str, object] | None = None
         self.id = ""
         self.model = ""
 
@@ -217,7 +160,7 @@ class StreamAssembler:
             if run is not None:
                 before, tokens, after = run
                 self._take(payloads_of(before))
-                self._texts[template.key].extend(tokens)
+                self._choices[template.index].texts[template.key].extend(tokens)
                 self.chunks += len(tokens) - tokens.count(b'""')
                 self.id = template.id or self.id
                 self.model = template.model or self.model
@@ -230,7 +173,7 @@ class StreamAssembler:
         if self._splitter.overflowed:
             self.malformed = True
         template = self._template
-        tokens = None if template is None else self._texts[template.key]
+        tokens = None if template is None else self._tokens_of(template)
         for payload in payloads:
             if template is not None and (token := template.token(payload)) is not None:
                 assert tokens is not None
@@ -245,7 +188,10 @@ class StreamAssembler:
                 self._parse(payload)
                 if self._template is not template:
                     template = self._template
-                    tokens = None if template is None else self._texts[template.key]
+                    tokens = None if template is None else self._tokens_of(template)
+
+    def _tokens_of(self, template: DeltaTemplate) -> list[bytes]:
+        return self._choices[template.index].texts[template.key]
 
     def _parse(self, payload: bytes) -> None:
         """Keep what one event says, parsing it; the latest plain delta becomes the
@@ -262,73 +208,86 @@ class StreamAssembler:
             self.id = event_id
         if isinstance(model, str) and model:
             self.model = model
-        if isinstance(usage, dict):
-            self.usage = _usage(usage)
         created = event.get("created")
         if type(created) is int and created >= 0:
             self.created = created
         top = self._top
         for key, value in event.items():
-            if key not in _TOP_OWN and top.get(key) is None:
+            if key not in TOP_OWN and top.get(key) is None:
                 top[key] = value
         if "error" in event:
             self.error = True
         choices = event.get("choices")
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        if isinstance(usage, dict):
+            self._keep_usage(usage, beside_choices=bool(choices))
+        if not isinstance(choices, list):
             return
-        choice = choices[0]
+        plain_key: str | None = None
+        for choice in choices:
+            if isinstance(choice, dict):
+                plain_key = self._parse_choice(choice)
+        if plain_key is not None and len(choices) == 1 and usage is None and "error" not in event:
+            # A plain delta that had to be parsed is shaped unlike the template (the first
+            # one often carries the role too): the latest shape is the likeliest next.
+            index = choices[0].get("index")
+            index = index if type(index) is int else 0
+            template = DeltaTemplate.of(payload, event, plain_key, index)
+            self._template = template or self._template
+
+    def _parse_choice(self, choice: dict[str, object]) -> str | None:
+        """Keep one streamed choice; the text field it alone carries, if it is plain (no
+        finish and nothing else to merge but a role), else None."""
+        index = choice.get("index")
+        index = index if type(index) is int and 0 <= index < MAX_CHOICES else 0
+        parts = self._choices.get(index)
+        if parts is None:
+            parts = self._choices[index] = ChoiceParts()
         finish = choice.get("finish_reason")
+        plain = finish is None
         if isinstance(finish, str):
-            self.finish_reason = finish
-        plain = True  # nothing but one text (and fields the first instance of sets)
+            parts.finish_reason = finish
         for key, value in choice.items():
-            if key not in _CHOICE_OWN:
-                _merge(self._choice, key, value, concat=False)
+            if key not in CHOICE_OWN:
+                merge(parts.own, key, value, concat=False)
                 plain = plain and value is None
-        delta = choice.get("delta") if self.endpoint == "chat" else choice
+        chat = self.endpoint == "chat"
+        delta = choice.get("delta") if chat else choice
         if not isinstance(delta, dict):
-            return
+            return None
         texts: list[str] = []
         for key, value in delta.items():
             if key in self._fields and isinstance(value, str):
-                self._texts.setdefault(key, []).append(orjson.dumps(value))
+                parts.texts.setdefault(key, []).append(orjson.dumps(value))
                 if value:
                     texts.append(key)
-            elif self.endpoint == "chat":
-                _merge(self._message, key, value, concat=True)
-                plain = plain and (value is None or key in _KEPT_FIRST)
+            elif chat:
+                merge(parts.message, key, value, concat=True)
+                plain = plain and (value is None or key == "role")
         if not texts:
-            return
+            return None
         self.chunks += 1
-        if (
-            plain
-            and len(texts) == 1
-            and finish is None
-            and usage is None
-            and "error" not in event
-            and len(choices) == 1
-        ):
-            # A plain delta that had to be parsed is shaped unlike the template (the first
-            # one often carries the role too): the latest shape is the likeliest next.
-            template = DeltaTemplate.of(payload, event, texts[0])
-            self._template = template or self._template
+        return texts[0] if plain and len(texts) == 1 else None
 
-    def _text(self) -> dict[str, str]:
-        """The texts so far, per field: the kept string tokens decoded in one call (an
+    def _keep_usage(self, usage: dict[str, object], *, beside_choices: bool) -> None:
+        """A usage chunk's counts add up (one per choice from llama.cpp's server); usage
+        beside choices is a running total, kept only if no usage chunk comes."""
+        checked = checked_usage(usage)
+        if checked is None:
+            return
+        if beside_choices:
+            self._inline_usage = checked
+        elif self.usage is None:
+            self.usage = checked
+        else:
+            self.usage = added_usage(self.usage, checked)
+
+    def _text(self) -> dict[int, dict[str, str]]:
+        """The texts so far, per choice and field: the kept string tokens decoded (an
         invalid one marks the stream malformed and is left out)."""
-        joined: dict[str, str] = {}
-        for key, tokens in self._texts.items():
-            strings = decoded_tokens(tokens)
-            if strings is None:
-                strings = []
-                for token in tokens:
-                    one = decoded_tokens([token])
-                    if one is None:
-                        self.malformed = True
-                    else:
-                        strings.extend(one)
-            joined[key] = text = "".join(strings)
-            tokens[:] = [orjson.dumps(text)] if tokens else []
+        joined = {}
+        for index, parts in self._choices.items():
+            joined[index], bad = parts.joined()
+            self.malformed = self.malformed or bad
         return joined
 
     def body(
@@ -344,22 +303,13 @@ class StreamAssembler:
         stream never sent)."""
         self._digest()
         texts = self._text()
-        reason = finish_reason or self.finish_reason or "stop"
-        choice: dict[str, object]
-        if self.endpoint == "chat":
-            message: dict[str, object] = {"role": "assistant", "content": ""}
-            message.update(self._message)  # a null content (tool calls only) stays null
-            message.update(texts)
-            calls = message.get("tool_calls")
-            if isinstance(calls, list):  # a streamed call's index is not in the answer's
-                message["tool_calls"] = [_unindexed(call) for call in calls]
-            choice = {"index": 0, "message": message, **self._choice, "finish_reason": reason}
-            kind = "chat.completion"
-        else:
-            text = texts.get("text", "")
-            choice = {"index": 0, "text": text, **self._choice, "finish_reason": reason}
-            kind = "text_completion"
-        usage = self.usage
+        chat = self.endpoint == "chat"
+        choices = [
+            parts.body(index, texts[index], finish_reason or parts.finish_reason or "stop", chat)
+            for index, parts in sorted(self._choices.items())
+        ]
+        kind = "chat.completion" if chat else "text_completion"
+        usage = self.usage or self._inline_usage
         if usage is None or finish_reason is not None:
             usage = {
                 "prompt_tokens": prompt_tokens,
@@ -372,7 +322,7 @@ class StreamAssembler:
             "created": self.created,
             "model": self.model or fallback_model,
             **self._top,
-            "choices": [choice],
+            "choices": choices,
             "usage": usage,
         }
         return orjson.dumps(body)

@@ -36,6 +36,7 @@ class SseScanner:
     """
 
     __slots__ = (
+        "_chunked",
         "chunks",
         "completion_tokens",
         "done",
@@ -53,6 +54,7 @@ class SseScanner:
         self.finish_reason: str | None = None
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
+        self._chunked = False  # a usage chunk came (its counts replace running totals)
 
     def scan_all(self, payloads: list[bytes]) -> int:
         """Scan the payloads of some events; return how many content chunks they held."""
@@ -89,11 +91,25 @@ class SseScanner:
                 self.finish_reason = first["finish_reason"]
         usage = event.get("usage")
         if isinstance(usage, dict):
-            prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-            if type(prompt) is int and prompt >= 0:
-                self.prompt_tokens = prompt
-            if type(completion) is int and completion >= 0:
-                self.completion_tokens = completion
+            self._usage(usage, chunk=not choices)
+
+    def _usage(self, usage: dict[str, object], *, chunk: bool) -> None:
+        """Keep an event's usage. Usage chunks (no choices) add up: llama.cpp's server
+        sends one per choice of an ``n`` > 1 request, each counting its own tokens and
+        the same prompt. Usage beside choices (vLLM's continuous usage stats) is a
+        running total: the latest stands, until a usage chunk comes."""
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        if chunk and not self._chunked:
+            self._chunked = True
+            self.prompt_tokens = self.completion_tokens = None
+        elif not chunk and self._chunked:
+            return
+        before_prompt = (self.prompt_tokens or 0) if chunk else 0
+        before_completion = (self.completion_tokens or 0) if chunk else 0
+        if type(prompt) is int and prompt >= 0:
+            self.prompt_tokens = max(prompt, before_prompt)
+        if type(completion) is int and completion >= 0:
+            self.completion_tokens = before_completion + completion
 
 
 def _carries_output(choice: dict[str, object]) -> bool:
