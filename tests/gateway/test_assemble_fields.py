@@ -150,21 +150,26 @@ def test_a_long_reasoning_then_content_stream_keeps_both_in_order() -> None:
 @given(
     texts=st.lists(st.lists(_TEXTS, min_size=1, max_size=5), min_size=1, max_size=4),
     order=st.randoms(use_true_random=False),
-    per_choice_usage=st.booleans(),
+    usage_mode=st.sampled_from(["once", "chunk per choice", "beside each finish"]),
     read_size=st.sampled_from([None, 9, 300]),
 )
 def test_n_choices_interleaved_become_n_choices_with_all_their_tokens(
-    texts: list[list[str]], order: Any, per_choice_usage: bool, read_size: int | None
+    texts: list[list[str]], order: Any, usage_mode: str, read_size: int | None
 ) -> None:
     """``n`` choices streamed interleaved (each by its index, as vLLM and llama.cpp's
     server send them): one choice per index, each with its own text and finish reason;
     usage sent once for all (vLLM) is kept, usage sent once per choice (llama.cpp's
-    server) adds up to every choice's tokens with the prompt counted once."""
+    server: a usage chunk per choice for chat, beside each choice's last chunk for a
+    completion) adds up to every choice's tokens with the prompt counted once."""
     head = {"id": "c", "object": "chat.completion.chunk", "created": 3, "model": "m"}
 
     def event(index: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         choice = {"index": index, "delta": delta, "finish_reason": finish}
         return {**head, "choices": [choice]}
+
+    def usage_of(count: int) -> dict[str, Any]:
+        return {"prompt_tokens": 7, "completion_tokens": count, "total_tokens": 7 + count,
+                "prompt_tokens_details": {"cached_tokens": 2}}  # fmt: skip
 
     queues = [
         [event(i, {"role": "assistant", "content": ""})]
@@ -172,20 +177,17 @@ def test_n_choices_interleaved_become_n_choices_with_all_their_tokens(
         + [event(i, {}, "length" if i % 2 else "stop")]
         for i, pieces in enumerate(texts)
     ]
+    counts = [len(pieces) for pieces in texts]
+    if usage_mode == "beside each finish":
+        for queue, count in zip(queues, counts, strict=True):
+            queue[-1]["usage"] = usage_of(count)
     events = []
     while any(queues):
         events.append(order.choice([q for q in queues if q]).pop(0))
-    counts = [len(pieces) for pieces in texts]
-    if per_choice_usage:
-        for count in counts:
-            usage = {"prompt_tokens": 7, "completion_tokens": count, "total_tokens": 7 + count,
-                     "prompt_tokens_details": {"cached_tokens": 2}}  # fmt: skip
-            events.append({**head, "choices": [], "usage": usage})
-    else:
-        total = sum(counts)
-        usage = {"prompt_tokens": 7, "completion_tokens": total, "total_tokens": 7 + total,
-                 "prompt_tokens_details": {"cached_tokens": 2}}  # fmt: skip
-        events.append({**head, "choices": [], "usage": usage})
+    if usage_mode == "chunk per choice":
+        events += [{**head, "choices": [], "usage": usage_of(count)} for count in counts]
+    elif usage_mode == "once":
+        events.append({**head, "choices": [], "usage": usage_of(sum(counts))})
     stream = b"".join(_event(e) for e in events) + b"data: [DONE]\n\n"
     size = read_size or len(stream)
     body = _body(_assembled([stream[i : i + size] for i in range(0, len(stream), size)]))

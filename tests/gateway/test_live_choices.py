@@ -114,9 +114,10 @@ async def test_every_choice_is_counted_with_the_emulator(lane: str) -> None:
 
 def llama_like_app() -> Starlette:
     """Answers ``/v1/completions`` with ``n`` choices of ``max_tokens`` tokens as llama.cpp's
-    server does: streamed, each choice's chunks by index and then one usage chunk per
-    choice (its own tokens, the same prompt); unstreamed, every choice but the usage of
-    the first one only."""
+    server does (its 0.3.36 build, observed): streamed, each choice's chunks by index, and
+    each choice's last chunk carries that choice's usage (its own tokens, the same
+    prompt), asked for or not; unstreamed, every choice but the usage of the first one
+    only."""
 
     async def health(_: Request) -> Response:
         return Response(b'{"status":"ok"}', media_type="application/json")
@@ -147,10 +148,8 @@ def llama_like_app() -> Starlette:
                     yield b"data: " + orjson.dumps({**head, "choices": [choice]}) + b"\n\n"
             for i in range(n):
                 choice = {"index": i, "text": "", "finish_reason": "length"}
-                yield b"data: " + orjson.dumps({**head, "choices": [choice]}) + b"\n\n"
-                if (body.get("stream_options") or {}).get("include_usage"):
-                    chunk = {**head, "choices": [], "usage": usage(tokens)}
-                    yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+                last = {**head, "choices": [choice], "usage": usage(tokens)}
+                yield b"data: " + orjson.dumps(last) + b"\n\n"
             yield b"data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
@@ -183,8 +182,9 @@ def llama_like_gateway() -> Iterator[Stack]:
 @pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
 async def test_per_choice_usage_of_llama_server_adds_up(stream: bool) -> None:
     """llama.cpp's server counts one choice per usage: n = 3 choices of 4 tokens are 12
-    completion tokens in the gateway's accounting, streamed (3 usage chunks) or not (the
-    gateway streams it upstream and rebuilds all 3 choices, usage summed)."""
+    completion tokens in the gateway's accounting, streamed (a usage beside each choice's
+    last chunk) or not (the gateway streams it upstream and rebuilds all 3 choices, usage
+    summed)."""
     with llama_like_gateway() as gateway:
         request: dict[str, Any] = {"prompt": "x", "max_tokens": 4, "n": 3}
         async with aiohttp.ClientSession() as session:

@@ -114,8 +114,8 @@ class StreamAssembler:
         self.error = False
         self.malformed = False
         self.usage: dict[str, object] | None = None  # the usage chunks' (added up)
-        # Usage sent beside choices (vLLM's continuous usage stats): a running total.
-        self._inline_usage: dict[str, object] | None = None
+        # Usage sent beside choices, per choice index: each choice's so far.
+        self._inline_usage: dict[int, dict[str, object]] = {}
         self.id = ""
         self.model = ""
 
@@ -219,7 +219,11 @@ class StreamAssembler:
             self.error = True
         choices = event.get("choices")
         if isinstance(usage, dict):
-            self._keep_usage(usage, beside_choices=bool(choices))
+            beside = None  # a usage chunk (no choices)
+            if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+                beside = choices[0].get("index")
+                beside = beside if type(beside) is int else 0
+            self._keep_usage(usage, beside)
         if not isinstance(choices, list):
             return
         plain_key: str | None = None
@@ -268,14 +272,17 @@ class StreamAssembler:
         self.chunks += 1
         return texts[0] if plain and len(texts) == 1 else None
 
-    def _keep_usage(self, usage: dict[str, object], *, beside_choices: bool) -> None:
-        """A usage chunk's counts add up (one per choice from llama.cpp's server); usage
-        beside choices is a running total, kept only if no usage chunk comes."""
+    def _keep_usage(self, usage: dict[str, object], beside: int | None) -> None:
+        """Usage chunks (``beside`` None) add up: one for the whole answer (vLLM), or one
+        per choice (llama.cpp's server, chat). Usage beside choice ``beside`` is that
+        choice's so far (vLLM's continuous usage, llama.cpp's server on a completion's
+        last chunk of each choice): the latest per choice, added over the choices when
+        no usage chunk came (``SseScanner`` counts alike)."""
         checked = checked_usage(usage)
         if checked is None:
             return
-        if beside_choices:
-            self._inline_usage = checked
+        if beside is not None:
+            self._inline_usage[beside] = checked
         elif self.usage is None:
             self.usage = checked
         else:
@@ -309,7 +316,12 @@ class StreamAssembler:
             for index, parts in sorted(self._choices.items())
         ]
         kind = "chat.completion" if chat else "text_completion"
-        usage = self.usage or self._inline_usage
+        usage = self.usage
+        if usage is None and self._inline_usage:
+            beside = list(self._inline_usage.values())
+            usage = beside[0]
+            for more in beside[1:]:
+                usage = added_usage(usage, more)
         if usage is None or finish_reason is not None:
             usage = {
                 "prompt_tokens": prompt_tokens,
