@@ -200,3 +200,27 @@ def test_n_choices_interleaved_become_n_choices_with_all_their_tokens(
         "prompt_tokens": 7, "completion_tokens": sum(counts), "total_tokens": 7 + sum(counts),
         "prompt_tokens_details": {"cached_tokens": 2},
     }  # fmt: skip
+
+
+def test_fields_nested_deeper_than_orjson_writes_are_left_out() -> None:
+    """An engine's extra field nested 300 deep (orjson reads it, writes at most 255): the
+    answer is still built, with its text, id, finish and token counts, without the
+    fields the assembler does not read."""
+    deep: Any = "x"
+    for _ in range(300):
+        deep = [deep]
+    head = {"id": "c", "object": "chat.completion.chunk", "model": "m", "odd": deep}
+    usage = {"prompt_tokens": 2, "completion_tokens": 1, "prompt_tokens_details": deep}
+    events = [
+        {**head, "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}]},
+        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {**head, "choices": [], "usage": usage},
+    ]
+    # Python's json writes it (orjson would not): as an engine written in Python could.
+    stream = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+    body = _body(_assembled([stream + b"data: [DONE]\n\n"]))
+    assert "odd" not in body
+    assert body["choices"] == [
+        {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+    ]
+    assert body["usage"] == {"prompt_tokens": 2, "completion_tokens": 1}

@@ -28,6 +28,7 @@ import orjson
 
 from sluicegate.gateway.assemble_fields import (
     CHOICE_OWN,
+    COUNTS,
     TEXT_FIELDS,
     TOP_OWN,
     ChoiceParts,
@@ -260,10 +261,15 @@ class StreamAssembler:
             return None
         texts: list[str] = []
         for key, value in delta.items():
-            if key in self._fields and isinstance(value, str):
-                parts.texts.setdefault(key, []).append(orjson.dumps(value))
-                if value:
-                    texts.append(key)
+            if key in self._fields:
+                if isinstance(value, str):
+                    parts.texts.setdefault(key, []).append(orjson.dumps(value))
+                    if value:
+                        texts.append(key)
+                elif value is None and chat:  # a null content (tool calls only) stays null
+                    parts.message.setdefault(key, None)
+                else:
+                    plain = False  # not text: left out
             elif chat:
                 merge(parts.message, key, value, concat=True)
                 plain = plain and (value is None or key == "role")
@@ -310,9 +316,30 @@ class StreamAssembler:
         stream never sent)."""
         self._digest()
         texts = self._text()
+        try:
+            return self._dumped(texts, prompt_tokens, finish_reason, fallback_id, fallback_model)
+        except TypeError:
+            # An engine's field nested deeper than orjson writes (it reads 1024 levels,
+            # writes 255): the answer without the fields the assembler does not read.
+            return self._dumped(
+                texts, prompt_tokens, finish_reason, fallback_id, fallback_model, bare=True
+            )
+
+    def _dumped(
+        self,
+        texts: dict[int, dict[str, str]],
+        prompt_tokens: int,
+        finish_reason: str | None,
+        fallback_id: str,
+        fallback_model: str,
+        *,
+        bare: bool = False,
+    ) -> bytes:
         chat = self.endpoint == "chat"
         choices = [
-            parts.body(index, texts[index], finish_reason or parts.finish_reason or "stop", chat)
+            parts.body(
+                index, texts[index], finish_reason or parts.finish_reason or "stop", chat, bare=bare
+            )
             for index, parts in sorted(self._choices.items())
         ]
         kind = "chat.completion" if chat else "text_completion"
@@ -322,6 +349,8 @@ class StreamAssembler:
             usage = beside[0]
             for more in beside[1:]:
                 usage = added_usage(usage, more)
+        if usage is not None and bare:
+            usage = {name: value for name, value in usage.items() if name in COUNTS}
         if usage is None or finish_reason is not None:
             usage = {
                 "prompt_tokens": prompt_tokens,
@@ -333,7 +362,7 @@ class StreamAssembler:
             "object": kind,
             "created": self.created,
             "model": self.model or fallback_model,
-            **self._top,
+            **({} if bare else self._top),
             "choices": choices,
             "usage": usage,
         }

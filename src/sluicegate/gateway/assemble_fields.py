@@ -125,15 +125,22 @@ class ChoiceParts:
             tokens[:] = [orjson.dumps(text)] if tokens else []
         return joined, bad
 
-    def body(self, index: int, texts: dict[str, str], reason: str, chat: bool) -> dict[str, object]:
-        """The choice as a non-streamed answer holds it."""
+    def body(
+        self, index: int, texts: dict[str, str], reason: str, chat: bool, *, bare: bool = False
+    ) -> dict[str, object]:
+        """The choice as a non-streamed answer holds it (``bare``: only its index, texts
+        and finish reason)."""
+        own = {} if bare else self.own
         if not chat:
             text = texts.get("text", "")
-            return {"index": index, "text": text, **self.own, "finish_reason": reason}
+            return {"index": index, "text": text, **own, "finish_reason": reason}
         message: dict[str, object] = {"role": "assistant", "content": ""}
-        message.update(self.message)  # a null content (tool calls only) stays null
+        if not bare:
+            message.update(self.message)  # a null content (tool calls only) stays null
+            if not isinstance(message["role"], str):
+                message["role"] = "assistant"
         message.update(texts)
         calls = message.get("tool_calls")
         if isinstance(calls, list):  # a streamed call's index is not in the answer's
             message["tool_calls"] = [_unindexed(call) for call in calls]
-        return {"index": index, "message": message, **self.own, "finish_reason": reason}
+        return {"index": index, "message": message, **own, "finish_reason": reason}
