@@ -118,14 +118,20 @@ def TestOneInput(data: bytes) -> None:  # noqa: N802 - the name atheris calls
     )
     assert split.scanner.chunks >= 0
 
-    choice = body["choices"][0]
-    reason = choice["finish_reason"]
-    assert reason == finish if finish is not None else isinstance(reason, str) and reason
-    text = choice["message"]["content"] if endpoint == "chat" else choice["text"]
-    assert isinstance(text, str)
+    for choice in body["choices"]:
+        reason = choice["finish_reason"]
+        assert reason == finish if finish is not None else isinstance(reason, str) and reason
+        if endpoint == "chat":
+            message = choice["message"]
+            assert isinstance(message["role"], str)
+            # A null content is a tool-call-only answer's, as the engine sent it.
+            assert isinstance(message["content"], str | None)
+        else:
+            assert isinstance(choice["text"], str)
     usage = body["usage"]
     assert isinstance(usage, dict)
-    assert all(type(v) is int and v >= 0 for v in usage.values()), usage
+    counts = [usage.get(name) for name in ("prompt_tokens", "completion_tokens", "total_tokens")]
+    assert all(type(v) is int and v >= 0 for v in counts if v is not None), usage
 
     copy = streamable_copy(stream)
     if copy is not None:

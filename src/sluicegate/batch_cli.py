@@ -78,6 +78,16 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(EXIT_ERROR)
 
 
+def _batch_id(value: str) -> str:
+    """The BATCH_ID argument, once it has OpenAI's shape (it names files and URLs)."""
+    from sluicegate.batch_cli_client import BatchCliError, checked_id
+
+    try:
+        return checked_id("batch", value, source="BATCH_ID")
+    except BatchCliError as exc:
+        raise _fail(str(exc)) from None
+
+
 def _client(url: str, key_env: str) -> BatchClient:
     from sluicegate.batch_cli_client import BatchClient, BatchCliError, api_key
 
@@ -152,21 +162,21 @@ def submit(
     client = _client(url, api_key_env)
 
     async def run() -> tuple[dict[str, Any], list[Any] | None]:
+        from sluicegate.batch_cli_client import checked_id
         from sluicegate.batch_cli_watch import download_files, watch_batch
 
         async with client:
             uploaded = await client.upload(file)
-            err.print(
-                f"uploaded {escape(file.name)} as {uploaded['id']} ({uploaded['bytes']} bytes)"
-            )
-            batch = await client.create(
-                str(uploaded["id"]), chosen, window, lane=lane, metadata=pairs
-            )
-            console.print(batch["id"], highlight=False)
+            answered = "the gateway answered a {} id"
+            file_id = checked_id("file", uploaded.get("id"), source=answered.format("file"))
+            err.print(f"uploaded {escape(file.name)} as {file_id} ({uploaded.get('bytes')} bytes)")
+            batch = await client.create(file_id, chosen, window, lane=lane, metadata=pairs)
+            batch_id = checked_id("batch", batch.get("id"), source=answered.format("batch"))
+            console.print(batch_id, highlight=False)
             if not watch:
                 return batch, None
-            ended = await watch_batch(client, str(batch["id"]), interval, err)
-            return ended, await download_files(client, ended, output or Path("."))
+            ended = await watch_batch(client, batch_id, interval, err)
+            return ended, await download_files(client, ended, output or Path("."), batch_id)
 
     batch, downloaded = _run(run(), api_key_env)
     if watch:
@@ -181,6 +191,7 @@ def watch_command(
     api_key_env: KeyEnv = "OPENAI_API_KEY",
 ) -> None:
     """Show a progress bar until the batch ends: exit 0 completed, 1 failed/expired/cancelled."""
+    batch_id = _batch_id(batch_id)
     client = _client(url, api_key_env)
 
     async def run() -> dict[str, Any]:
@@ -200,6 +211,7 @@ def download(
     api_key_env: KeyEnv = "OPENAI_API_KEY",
 ) -> None:
     """Write an ended batch's <id>_output.jsonl and <id>_errors.jsonl; print their lines."""
+    batch_id = _batch_id(batch_id)
     client = _client(url, api_key_env)
 
     async def run() -> tuple[dict[str, Any], list[Any]]:
@@ -207,7 +219,7 @@ def download(
 
         async with client:
             batch = await client.batch(batch_id)
-            return batch, await download_files(client, batch, output)
+            return batch, await download_files(client, batch, output, batch_id)
 
     batch, downloaded = _run(run(), api_key_env)
     for one in downloaded:
@@ -257,6 +269,7 @@ def cancel(
     api_key_env: KeyEnv = "OPENAI_API_KEY",
 ) -> None:
     """Ask the gateway to stop a batch: its unfinished lines become error lines."""
+    batch_id = _batch_id(batch_id)
     client = _client(url, api_key_env)
 
     async def run() -> dict[str, Any]:

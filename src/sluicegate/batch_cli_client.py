@@ -7,6 +7,7 @@ message, error or exception this module makes contains it.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,15 @@ CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 120.0
 SHOWN_BODY_CHARS = 200
 """How much of a non-OpenAI error body an error message quotes."""
+
+
+ID_SHAPES = {
+    "batch": re.compile(r"batch_[A-Za-z0-9_-]{1,64}"),
+    "file": re.compile(r"file-[A-Za-z0-9_-]{1,64}"),
+}
+"""OpenAI's id shapes (``batch_…``, ``file-…``): a prefix, then letters, digits, ``_`` and
+``-``. Nothing else may become part of a path or a URL (no ``/``, ``.``, ``\\`` or NUL)."""
+SHOWN_ID_CHARS = 80
 
 
 class BatchCliError(Exception):
@@ -43,6 +53,19 @@ class GatewayRefusedError(BatchCliError):
 
 class GatewayUnreachableError(BatchCliError):
     """No HTTP answer from the gateway (refused, reset, timed out)."""
+
+
+def checked_id(kind: str, value: object, *, source: str) -> str:
+    """``value`` if it is an OpenAI ``kind`` id (``batch`` or ``file``), else a
+    ``BatchCliError`` saying where it came from (``source``: the argument or the
+    gateway's answer); an id is checked before it names a file or a URL."""
+    if isinstance(value, str) and ID_SHAPES[kind].fullmatch(value):
+        return value
+    shown = repr(value)[:SHOWN_ID_CHARS]
+    prefix = "batch_" if kind == "batch" else "file-"
+    raise BatchCliError(
+        f"{source} {shown} is not a {kind} id ({prefix} then up to 64 letters, digits, _ or -)"
+    )
 
 
 def base_url(url: str) -> str:
@@ -175,7 +198,9 @@ class BatchClient:
             ) as response:
                 if response.status >= 400:
                     raise refusal(response.status, await response.read())
-                with partial.open("wb") as out:
+                # Not through a symlink planted at the temporary name.
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                with os.fdopen(os.open(partial, flags, 0o666), "wb") as out:
                     async for chunk in response.content.iter_chunked(1 << 16):
                         out.write(chunk)
                         lines += chunk.count(b"\n")

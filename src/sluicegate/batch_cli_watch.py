@@ -20,7 +20,12 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from sluicegate.batch_cli_client import BatchClient, BatchCliError, GatewayRefusedError
+from sluicegate.batch_cli_client import (
+    BatchClient,
+    BatchCliError,
+    GatewayRefusedError,
+    checked_id,
+)
 
 ENDED = ("completed", "failed", "expired", "cancelled")
 """The statuses a batch never leaves."""
@@ -100,12 +105,28 @@ class Downloaded:
     lines: int
 
 
+def confined(out_dir: Path, name: str) -> Path:
+    """``out_dir / name``, once it is certain to stay in ``out_dir`` (resolved, symlinks
+    followed); a ``BatchCliError`` otherwise."""
+    base = out_dir.resolve()
+    path = (base / name).resolve()
+    if path.parent != base or not path.is_relative_to(base):
+        raise BatchCliError(f"{name}: would be written outside --output {out_dir}")
+    return path
+
+
 async def download_files(
-    client: BatchClient, batch: dict[str, Any], out_dir: Path
+    client: BatchClient, batch: dict[str, Any], out_dir: Path, asked: str | None = None
 ) -> list[Downloaded]:
     """Write the batch's output and error files that exist as ``<id>_output.jsonl`` and
-    ``<id>_errors.jsonl`` in ``out_dir``; an error if the batch has not ended yet."""
-    batch_id = str(batch["id"])
+    ``<id>_errors.jsonl`` in ``out_dir``; an error if the batch has not ended yet.
+
+    The gateway's ids are checked before they name a file or a URL: a batch id that is
+    not ``batch_…`` (or not the ``asked`` one), or a file id that is not ``file-…``,
+    is an error and nothing is written; every file stays inside ``out_dir``."""
+    batch_id = checked_id("batch", batch.get("id"), source="the gateway answered a batch id")
+    if asked is not None and batch_id != asked:
+        raise BatchCliError(f"asked for batch {asked}, the gateway answered {batch_id}")
     status = str(batch.get("status"))
     if status not in ENDED:
         raise BatchCliError(
@@ -113,10 +134,14 @@ async def download_files(
             f" (sluicegate batch watch {batch_id})"
         )
     files = [
-        (kind, batch.get(field))
+        (kind, field, batch.get(field))
         for kind, field in (("output", "output_file_id"), ("errors", "error_file_id"))
     ]
-    wanted = [(kind, str(file_id)) for kind, file_id in files if file_id]
+    wanted = [
+        (kind, checked_id("file", file_id, source=f"the gateway answered {field}"))
+        for kind, field, file_id in files
+        if file_id
+    ]
     if wanted:
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -126,6 +151,8 @@ async def download_files(
     for kind, file_id in wanted:
         path = out_dir / f"{batch_id}_{kind}.jsonl"
         try:
+            for name in (path.name, path.name + ".part"):
+                confined(out_dir, name)
             lines = await client.download(file_id, path)
         except OSError as exc:
             raise BatchCliError(f"{path}: {exc.strerror or exc}") from None

@@ -65,6 +65,7 @@ def build_ticket(
     predicted: int | None = None,
     true_output: int | None = None,
     streaming: bool = False,
+    units: int = 1,
 ) -> Ticket:
     """A ticket for model ``m`` with id ``name``."""
     return Ticket(
@@ -80,6 +81,7 @@ def build_ticket(
         predicted_output_tokens=predicted,
         true_output_tokens=true_output,
         streaming=streaming,
+        units=units,
     )
 
 

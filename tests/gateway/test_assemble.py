@@ -132,11 +132,13 @@ def test_error_and_malformed_events_are_reported() -> None:
 
 
 def test_streamable_copy_asks_for_a_stream_with_usage_unless_it_cannot_merge() -> None:
-    """A plain request is rewritten to stream with usage; ``n`` ≠ 1 or tools are not."""
+    """A plain request is rewritten to stream with usage, ``n`` > 1 too; tools are not."""
     copy = streamable_copy(b'{"model":"m","messages":[]}')
     assert copy is not None
     assert orjson.loads(copy)["stream_options"] == {"include_usage": True}
-    assert streamable_copy(b'{"model":"m","n":2}') is None
+    several = streamable_copy(b'{"model":"m","n":2}')
+    assert several is not None
+    assert orjson.loads(several)["n"] == 2
     assert streamable_copy(b'{"model":"m","tools":[]}') is None
 
 

@@ -143,7 +143,7 @@ async def _unary(
     gateway: Stack,
     tokens: int,
     *,
-    prompt: str = "unary",
+    prompt: str | list[str] = "unary",
     **extra: object,
 ) -> int:
     """One non-streamed ``ignore_eos`` completion through the gateway; its status."""
@@ -196,15 +196,15 @@ async def test_aimd_falls_on_engine_refusals_failures_and_timeouts_then_recovers
 
 
 async def test_client_mistakes_and_disconnects_do_not_lower_aimd() -> None:
-    """``aimd``: the engine's 400 for a request it cannot serve (``n: 2``) and a client that
-    leaves mid-answer say nothing about the engine's load; the cap stays at 8. (The 0.3 s
-    first-byte timeout the other aimd tests need would make a slow first answer on a busy
+    """``aimd``: the engine's 400 for a request it cannot serve (two prompts in one) and a
+    client that leaves mid-answer say nothing about the engine's load; the cap stays at 8.
+    (The 0.3 s first-byte timeout the other aimd tests need would make a slow first answer on a busy
     machine a timeout, which is a drop.)"""
     with stack(
         AIMD.replace("upstream_first_byte_timeout_s: 0.3", "upstream_first_byte_timeout_s: 10")
     ) as gateway:
         async with aiohttp.ClientSession() as session:
-            bad = [await _unary(session, gateway, 4, n=2) for _ in range(3)]
+            bad = [await _unary(session, gateway, 4, prompt=["a", "b"]) for _ in range(3)]
             for _ in range(3):
                 leaving = asyncio.ensure_future(_unary(session, gateway, 5000))
                 running = await asyncio.to_thread(

@@ -236,3 +236,37 @@ def test_framing_loses_and_invents_nothing(
         if len(scan.forwarded) > before:
             assert scan.forwarded.endswith((b"\n\n", b"\r\n\r\n"))
     assert scan.forwarded + scan.close() == data
+
+
+def test_usage_chunks_of_each_choice_add_up_and_running_totals_do_not() -> None:
+    """llama.cpp's server sends one usage chunk per choice of an ``n`` > 1 chat request,
+    and a completion's usage beside each choice's last chunk: either way the choices'
+    completion tokens add up, the shared prompt counts once. vLLM's continuous usage (a
+    running total beside each chunk of a choice) is not added up: the latest per choice
+    stands, and the final usage chunk replaces it."""
+    per_choice = b"".join(
+        _event({"id": "c", "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": n}})
+        for n in (3, 4, 5)
+    )
+    scanner, _ = _scan([_stream(["a"], None).replace(b"data: [DONE]\n\n", b"") + per_choice])
+    assert (scanner.prompt_tokens, scanner.completion_tokens) == (7, 12)
+    running = b"".join(
+        _event({**_token("x"), "usage": {"prompt_tokens": 7, "completion_tokens": n}})
+        for n in (1, 2, 3)
+    )
+    scanner, _ = _scan([running])
+    assert (scanner.prompt_tokens, scanner.completion_tokens) == (7, 3)
+    last_of_each = b"".join(
+        _event({
+            "choices": [{"index": i, "text": "", "finish_reason": "length"}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 4},
+        })
+        for i in range(3)
+    )  # fmt: skip
+    scanner, _ = _scan([last_of_each])
+    assert (scanner.prompt_tokens, scanner.completion_tokens) == (7, 12)
+    final = _event(
+        {"id": "c", "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 9}}
+    )
+    scanner, _ = _scan([running + final + running])
+    assert (scanner.prompt_tokens, scanner.completion_tokens) == (7, 9)

@@ -153,7 +153,7 @@ def test_invalid_json_is_refused_by_the_gateway(gateway: Stack) -> None:
 
 # What only llama-server checks: its 400 reaches the client.
 CHECKED_BY_THE_ENGINE = {
-    "n-above-parallel": ({"n": 5}, "Field 'n': Value must be between 1 <= value <= 4"),
+    "bad-grammar": ({"grammar": "root ::= ("}, "failed to parse grammar"),
     "logprobs-type": ({"logprobs": "x"}, "Field 'logprobs'"),
     "include-usage-type": (
         {"stream": True, "stream_options": {"include_usage": "yes"}},
@@ -186,12 +186,23 @@ def test_input_only_the_engine_checks_is_its_400(gateway: Stack, case: str) -> N
 
 def test_the_engines_400_is_openai_shaped(gateway: Stack) -> None:
     """The engine's 400 reaches the client in OpenAI's shape, its message kept."""
-    body = {**completion_body("hi", 3), "n": 5}
+    body = {**completion_body("hi", 3), "grammar": "root ::= ("}
     reply = http_call(gateway.base_url, "POST", "/v1/completions", json=body)
     assert reply.status == 400
     error = openai_error(reply)
     assert error["type"] == "invalid_request_error", error
-    assert "Field 'n'" in error["message"]
+    assert "failed to parse grammar" in error["message"]
+
+
+def test_more_choices_than_slots_are_the_gateways_400(gateway: Stack) -> None:
+    """``n`` above the engine's slots (``--parallel 4``, the backend's cap): the gateway's
+    own 400 naming ``n`` (the engine would refuse it too), before it reaches the engine."""
+    body = {**completion_body("hi", 3), "n": 5}
+    reply = http_call(gateway.base_url, "POST", "/v1/completions", json=body)
+    assert reply.status == 400
+    error = openai_error(reply)
+    assert (error["code"], error["param"]) == ("invalid_request", "n")
+    assert "at most 4" in error["message"]
 
 
 @pytest.mark.parametrize(

@@ -173,29 +173,14 @@ def _streamed_choice(endpoint: str, chunks: list[Any], index: int) -> str:
     )
 
 
-N_CHOICES_USAGE = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "gap: llama-server's usage for n > 1 counts one choice: a non-streamed answer's usage "
-        "is choice 0's, and a stream carries one usage per choice (after each choice's "
-        "finish); the gateway relays the body's usage and keeps the stream's last one, so it "
-        "accounts one choice's tokens instead of all of them"
-    ),
-)
-
-
 @pytest.mark.parametrize(
     ("endpoint", "fields"),
     [
-        pytest.param("chat", {}, marks=N_CHOICES_USAGE, id="chat-unary"),
-        pytest.param("completions", {}, marks=N_CHOICES_USAGE, id="completions-unary"),
+        pytest.param("chat", {}, id="chat-unary"),
+        pytest.param("completions", {}, id="completions-unary"),
         pytest.param("chat", {"stream": True}, id="chat-stream"),
-        pytest.param(
-            "chat", {"stream": True, **WITH_USAGE}, marks=N_CHOICES_USAGE, id="chat-stream-usage"
-        ),
-        pytest.param(
-            "completions", {"stream": True}, marks=N_CHOICES_USAGE, id="completions-stream"
-        ),
+        pytest.param("chat", {"stream": True, **WITH_USAGE}, id="chat-stream-usage"),
+        pytest.param("completions", {"stream": True}, id="completions-stream"),
     ],
 )
 def test_n_choices_are_all_accounted(gateway: Stack, endpoint: str, fields: dict[str, Any]) -> None:
@@ -274,7 +259,8 @@ def test_pooled_connections_outlive_the_engines_closing_them(gateway: Stack) -> 
     served: past the engine's 100 requests a connection, after one of its error answers
     (which close the connection), and after the connection sat idle past its 5 s."""
     body = {**GREEDY, "prompt": PROMPT, "max_tokens": 2}
-    bad = {**body, "n": 5}  # more choices than slots: the engine's 400
+    # The engine's 400 (more choices than slots, n: 5, is now the gateway's own 400).
+    bad = {**body, "grammar": "root ::= ("}
     statuses = [
         http_call(
             gateway.base_url, "POST", "/v1/completions", json=bad if i % 40 == 39 else body
@@ -286,17 +272,6 @@ def test_pooled_connections_outlive_the_engines_closing_them(gateway: Stack) -> 
     assert http_call(gateway.base_url, "POST", "/v1/completions", json=body).status == 200
 
 
-N_CHOICES_SLOTS = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "gap: llama-server runs each of a request's n choices in a slot of its own, but the "
-        "gateway's max_concurrency counts requests: with the cap at --parallel, n > 1 "
-        "requests overflow the slots into the engine's own queue (requests_deferred > 0)"
-    ),
-)
-
-
-@N_CHOICES_SLOTS
 def test_n_choices_never_overflow_the_slots(llama_cpp: LlamaCppServer, gateway: Stack) -> None:
     """Four concurrent ``n: 2`` streams with the gateway's cap at the engine's four slots:
     nothing waits in the engine's own queue."""

@@ -11,6 +11,7 @@ A ``Database`` is used from one thread at a time (the gateway gives it its own).
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -112,6 +113,7 @@ class Database:
         self.path = Path(path)
         if self.path.parent and not self.path.parent.exists():
             raise FileNotFoundError(f"batches.path: directory {self.path.parent} does not exist")
+        private_file(self.path)
         # isolation_level=None: transactions are opened explicitly (BEGIN IMMEDIATE).
         self.conn = sqlite3.connect(
             self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
@@ -156,3 +158,24 @@ class Database:
     def close(self) -> None:
         """Close the connection (a checkpoint folds the log into the database file)."""
         self.conn.close()
+
+
+PRIVATE_MODE = 0o600
+"""The database holds every tenant's prompts and answers: its owner's alone."""
+
+
+def private_file(path: Path) -> None:
+    """Create ``path`` mode 0600 before SQLite opens it (SQLite gives its ``-wal`` and
+    ``-shm`` files the database file's mode), and take group and other access away from
+    a database, and its log files, made by an older version."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_MODE)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, PRIVATE_MODE)
+    finally:
+        os.close(fd)
+    for suffix in ("-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            side = path.with_name(path.name + suffix)
+            if side.stat().st_mode & 0o077:
+                side.chmod(PRIVATE_MODE)

@@ -62,6 +62,11 @@ def _admit_lane(
             head = _under_share_head(model, lane, queue, head)
         if not model.tokens_fit(head):
             return True
+        if not model.units_fit(lane, head, borrowing):
+            # A head of several units waits for them to free. Short of the model's: lanes
+            # after it admit nothing meanwhile, or single units behind it would keep
+            # taking them (as with no backend free for it).
+            return model.running + head.ticket.units <= cap
         backend = model.router.choose(head.ticket, head.service_s, model.backends, now)
         if backend is None:
             return False

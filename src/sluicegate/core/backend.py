@@ -11,7 +11,7 @@ class BackendState:
 
     Attributes:
         spec: the configured backend.
-        inflight: requests this scheduler has running on it.
+        inflight: units (engine sequences) this scheduler has running on it.
         predicted_work_s: sum of predicted remaining service time of those requests.
         kv_cache_usage: the engine's KV-cache usage in [0, 1], if scraped.
         num_requests_waiting: the engine's own waiting queue, if scraped.
@@ -55,10 +55,12 @@ class BackendState:
         """
         return self.probe_healthy and self.circuit.state_at(now) is not CircuitState.OPEN
 
-    def available(self, now: float) -> bool:
-        """Healthy, under its own cap, and not holding a half-open circuit's probe:
-        a router may send it a request now."""
+    def available(self, now: float, units: int = 1) -> bool:
+        """Healthy, with room under its own cap for ``units`` more (an idle backend
+        always has room), and not holding a half-open circuit's probe: a router may
+        send it a request of ``units`` now."""
         cap = self.spec.max_concurrency
-        if (cap is not None and self.inflight >= cap) or not self.probe_healthy:
+        inflight = self.inflight
+        if (cap is not None and inflight and inflight + units > cap) or not self.probe_healthy:
             return False
         return self.circuit.allows(now)

@@ -28,15 +28,18 @@ def new_entry(
     in a shedding lane). ``shared``: distributed mode, where the store charges the
     tenant's rate limits (nothing is charged locally, so nothing is refunded)."""
     predictor = model.predictor
+    units = ticket.units
     predicted = ticket.predicted_output_tokens
     if predicted is None:
-        predicted = predictor.predict_output(ticket.lane, ticket.max_tokens)
+        # Per choice: ``units`` choices share ``max_tokens`` and decode side by side.
+        each = predictor.predict_output(ticket.lane, max(1, ticket.max_tokens // units))
+        predicted = units * each
     prefill_s = predictor.prefill_s(ticket.prompt_tokens)
     per_token_s = predictor.decode_s_per_token()
     deadline = ticket.deadline
     if deadline is None:
         deadline = ticket.arrival + lane.spec.slo_ms / 1000.0
-    service_s = prefill_s + predicted * per_token_s
+    service_s = prefill_s + predicted / units * per_token_s
     expire_at = now + lane.spec.queue_timeout_s
     # A shedding lane never runs a ticket that can no longer meet its deadline: later
     # arrivals that overtake it (tighter deadlines) would make it late and waste the slot.
@@ -72,12 +75,23 @@ def learn(model: ModelRuntime, entry: Entry, usage: Usage, now: float) -> None:
 
     The predictor learns only from answers the engine gave in full (``Feedback.SAMPLE``):
     a client's 4xx, a disconnect or an engine's 429 says nothing about output lengths.
+    A ticket of several units (``n`` choices) teaches what one choice did: its share
+    of ``max_tokens`` and of the tokens generated, in the time they took side by side.
     """
     ticket = entry.ticket
+    units = ticket.units
+    if units > 1:
+        usage = Usage(
+            usage.prompt_tokens,
+            usage.completion_tokens // units,
+            ttft_s=usage.ttft_s,
+            ok=usage.ok,
+            feedback=usage.feedback,
+        )
     if usage.limit_feedback is Feedback.SAMPLE:
         model.predictor.observe(
             lane=ticket.lane,
-            max_tokens=ticket.max_tokens,
+            max_tokens=max(1, ticket.max_tokens // units),
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
             ttft_s=usage.ttft_s,
@@ -85,7 +99,7 @@ def learn(model: ModelRuntime, entry: Entry, usage: Usage, now: float) -> None:
         )
     if model.limit is not None:
         report_outcome(
-            model.limit, usage, elapsed_s=now - entry.admitted_at, inflight=model.running + 1
+            model.limit, usage, elapsed_s=now - entry.admitted_at, inflight=model.running + units
         )
 
 

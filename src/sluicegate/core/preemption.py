@@ -99,7 +99,8 @@ def preempt_for_blocked(model: ModelRuntime, now: float, out: list[Decision]) ->
             continue
         if model.borrowed_running == 0 and not model.runs_less_important_than(head.ticket.priority):
             continue
-        lane_full = lane.own >= lane.cap and not (lane.borrow and model.lendable() > 0)
+        units = head.ticket.units
+        lane_full = lane.own + units > lane.cap and not (lane.borrow and model.lendable() >= units)
         reclaim = not lane_full and model.borrowed_running > 0
         if not reclaim and not model.runs_less_important_than(head.ticket.priority):
             continue
@@ -156,7 +157,7 @@ def _share_preempt(
     if shares is None or preemptible == "never" or isinstance(preemptible, AfterFraction):
         return False
     fits = model.tokens_fit(head)
-    if fits and model.lane_has_room(lane):
+    if fits and model.lane_has_room(lane) and model.units_fit(lane, head, False):
         return False
     slots = min(lane.cap, model.cap())
     tenant = head.ticket.tenant

@@ -20,11 +20,13 @@ class LaneRuntime:
     """One lane's queue and running counts.
 
     Attributes:
-        own: running tickets on the lane's own quota (never above ``cap``).
-        borrowed: running tickets on capacity borrowed from other lanes.
+        own: running units on the lane's own quota (never above ``cap``, except one
+            ticket of more units than ``cap`` alone). A ticket takes ``ticket.units``
+            units of every count here and in ``ModelRuntime`` (its ``n`` choices).
+        borrowed: running units on capacity borrowed from other lanes.
         pending_preempts: preemptions issued on behalf of this lane, not yet freed.
         order: the lane ordering's key of an entry (what distributed mode sends the store).
-        shares: running tickets per tenant, for the tenants' shares of the lane's slots
+        shares: running units per tenant, for the tenants' shares of the lane's slots
             (lanes with ``vtc`` fairness only; ``None`` otherwise).
     """
 
@@ -230,6 +232,20 @@ class ModelRuntime:
         """The backend called ``name``; ``KeyError`` if there is none."""
         return self.backend_by_name[name]
 
+    def units_fit(self, lane: LaneRuntime, entry: Entry, borrowing: bool) -> bool:
+        """Whether ``entry``'s units fit the model's effective cap and its lane's own quota
+        (or, ``borrowing``, the idle quota lent out). A ticket of more units than a cap
+        fits when nothing else holds that capacity, so it is never stuck."""
+        units = entry.ticket.units
+        if units == 1:
+            return True  # the callers checked that one unit is free
+        running = self.running
+        if running and running + units > self.cap():
+            return False
+        if borrowing:
+            return self.lendable() >= units
+        return not lane.own or lane.own + units <= lane.cap
+
     def lane_has_room(self, lane: LaneRuntime) -> bool:
         """Whether a ticket of ``lane`` could take a slot now (own quota or borrowed)."""
         if self.running >= self.cap():
@@ -262,19 +278,20 @@ class ModelRuntime:
         entry.admitted_at = now
         entry.backend = backend.spec.name
         entry.borrowed = borrowing
-        if borrowing:
-            lane.borrowed += 1
-            self.borrowed_running += 1
-        else:
-            lane.own += 1
         ticket = entry.ticket
+        units = ticket.units
+        if borrowing:
+            lane.borrowed += units
+            self.borrowed_running += units
+        else:
+            lane.own += units
         if lane.shares is not None:
-            lane.shares.add(ticket.tenant)
-        self.running += 1
+            lane.shares.add(ticket.tenant, units)
+        self.running += units
         self.inflight_tokens += entry.cost_tokens
         self.running_entries[ticket.id] = entry
-        self.running_by_priority[ticket.priority] += 1
-        backend.inflight += 1
+        self.running_by_priority[ticket.priority] += units
+        backend.inflight += units
         backend.predicted_work_s += entry.service_s
         backend.circuit.on_dispatch(now)
 
@@ -285,19 +302,20 @@ class ModelRuntime:
         its prompt and ``completion_tokens``, or nothing when not ``served``.
         """
         lane = self.lanes[entry.ticket.lane]
+        units = entry.ticket.units
         if entry.borrowed:
-            lane.borrowed -= 1
-            self.borrowed_running -= 1
+            lane.borrowed -= units
+            self.borrowed_running -= units
         else:
-            lane.own -= 1
+            lane.own -= units
         if lane.shares is not None:
-            lane.shares.remove(entry.ticket.tenant)
-        self.running -= 1
+            lane.shares.remove(entry.ticket.tenant, units)
+        self.running -= units
         self.inflight_tokens -= entry.cost_tokens
         del self.running_entries[entry.ticket.id]
-        self.running_by_priority[entry.ticket.priority] -= 1
+        self.running_by_priority[entry.ticket.priority] -= units
         backend = self.backend(entry.backend)
-        backend.inflight -= 1
+        backend.inflight -= units
         backend.predicted_work_s -= entry.service_s
         if backend.inflight == 0:
             backend.predicted_work_s = 0.0

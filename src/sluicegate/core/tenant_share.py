@@ -44,16 +44,16 @@ class TenantSlots:
         """The tenant's configured weight (1 for a tenant the config does not name)."""
         return self._weights.get(tenant, 1.0)
 
-    def add(self, tenant: str) -> None:
-        """One more running ticket of ``tenant``."""
+    def add(self, tenant: str, units: int = 1) -> None:
+        """``units`` more running units (one ticket's) of ``tenant``."""
         count = self.running.get(tenant, 0)
         if count == 0:
             self.running_weight += self.weight(tenant)
-        self.running[tenant] = count + 1
+        self.running[tenant] = count + units
 
-    def remove(self, tenant: str) -> None:
-        """One running ticket of ``tenant`` fewer."""
-        count = self.running[tenant] - 1
+    def remove(self, tenant: str, units: int = 1) -> None:
+        """``units`` running units (one ticket's) of ``tenant`` fewer."""
+        count = self.running[tenant] - units
         if count == 0:
             del self.running[tenant]
             self.running_weight -= self.weight(tenant)

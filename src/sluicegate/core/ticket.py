@@ -34,6 +34,9 @@ class Ticket:
         prefix_key: a hash of the leading prompt text, for prefix-affinity routing.
         streaming: whether the client streams (a streamed request can't be
             transparently re-run after preemption).
+        units: engine sequences the request runs at once (its ``n`` choices): it
+            takes that many units of every concurrency count (model, lane, backend,
+            tenant share), and ``max_tokens`` covers all of them.
     """
 
     id: TicketId
@@ -49,6 +52,7 @@ class Ticket:
     true_output_tokens: int | None = None
     prefix_key: int | None = None
     streaming: bool = False
+    units: int = 1
 
     def __post_init__(self) -> None:
         if not MIN_PRIORITY <= self.priority <= MAX_PRIORITY:
@@ -59,6 +63,8 @@ class Ticket:
             raise ValueError(f"prompt_tokens must be >= 0, got {self.prompt_tokens}")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.units < 1:
+            raise ValueError(f"units must be >= 1, got {self.units}")
 
 
 class Outcome(enum.Enum):

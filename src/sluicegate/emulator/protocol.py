@@ -9,6 +9,8 @@ from typing import TypeVar
 import orjson
 
 DEFAULT_MAX_TOKENS = 256
+MAX_N = 128
+"""The most choices one request may ask for (vLLM has no cap of its own but its batch)."""
 CHARS_PER_TOKEN = 4
 
 _T = TypeVar("_T")
@@ -54,6 +56,8 @@ class CompletionRequest:
         stream: answer with server-sent events.
         include_usage: ``stream_options.include_usage``: send a usage chunk before ``[DONE]``.
         ignore_eos: vLLM's extension: generate exactly ``max_tokens`` tokens.
+        n: choices: as vLLM runs them, ``n`` sequences side by side in the engine (each
+            up to ``max_tokens``), one usage covering all of them.
     """
 
     prompt_tokens: int
@@ -61,6 +65,7 @@ class CompletionRequest:
     stream: bool
     include_usage: bool
     ignore_eos: bool
+    n: int = 1
 
 
 def _invalid(message: str, param: str | None) -> ApiError:
@@ -154,13 +159,13 @@ def parse_request(raw: bytes, *, chat: bool, model: str) -> CompletionRequest:
     """Parse and validate a ``/v1/chat/completions`` or ``/v1/completions`` body.
 
     Raises:
-        ApiError: 400 for bad JSON or wrong types, or ``n != 1``; 404 when the
-            body names a model other than ``model`` (an absent model means it).
+        ApiError: 400 for bad JSON or wrong types, or ``n`` outside 1…``MAX_N``; 404
+            when the body names a model other than ``model`` (an absent model means it).
     """
     body = parse_body(raw, model)
     n = _field(body, "n", int, "an integer")
-    if n is not None and n != 1:
-        raise _invalid(f"only n = 1 is supported, got {n}", "n")
+    if n is not None and not 1 <= n <= MAX_N:
+        raise _invalid(f"'n' must be between 1 and {MAX_N}, got {n}", "n")
     options = _field(body, "stream_options", dict, "an object") or {}
     include_usage = _field(options, "include_usage", bool, "a boolean")
     return CompletionRequest(
@@ -169,6 +174,7 @@ def parse_request(raw: bytes, *, chat: bool, model: str) -> CompletionRequest:
         stream=bool(_field(body, "stream", bool, "a boolean")),
         include_usage=bool(include_usage),
         ignore_eos=bool(_field(body, "ignore_eos", bool, "a boolean")),
+        n=n or 1,
     )
 
 
@@ -205,21 +211,25 @@ class OpenAIShape:
             "model": self.model, "choices": choices,
         }  # fmt: skip
 
-    def _choice(self, text: str, finish_reason: str | None, *, first: bool) -> dict[str, object]:
+    def _choice(
+        self, text: str, finish_reason: str | None, *, first: bool, index: int
+    ) -> dict[str, object]:
         if not self.chat:
-            return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+            return {"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}
         delta: dict[str, str] = {"role": "assistant"} if first else {}
         if text or first:
             delta["content"] = text
-        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
 
-    def chunk(self, text: str, *, first: bool) -> dict[str, object]:
-        """A streamed chunk carrying one token (the first also carries the assistant role)."""
-        return self._envelope([self._choice(text, None, first=first)], chunk=True)
+    def chunk(self, text: str, *, first: bool, index: int = 0) -> dict[str, object]:
+        """A streamed chunk carrying one token of choice ``index`` (its first also carries
+        the assistant role)."""
+        return self._envelope([self._choice(text, None, first=first, index=index)], chunk=True)
 
-    def finish_chunk(self, reason: str) -> dict[str, object]:
-        """The streamed chunk that carries ``finish_reason`` and no text."""
-        return self._envelope([self._choice("", reason, first=False)], chunk=True)
+    def finish_chunk(self, reason: str, index: int = 0) -> dict[str, object]:
+        """The streamed chunk that carries choice ``index``'s ``finish_reason`` and no text."""
+        choice = self._choice("", reason, first=False, index=index)
+        return self._envelope([choice], chunk=True)
 
     def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> dict[str, object]:
         """The ``stream_options.include_usage`` chunk: no choices, only ``usage``."""
@@ -228,16 +238,21 @@ class OpenAIShape:
         return body
 
     def body(
-        self, text: str, reason: str, prompt_tokens: int, completion_tokens: int
+        self, answers: list[tuple[str, str]], prompt_tokens: int, completion_tokens: int
     ) -> dict[str, object]:
-        """The whole non-streamed response, with ``usage``."""
-        if self.chat:
-            message = {"role": "assistant", "content": text}
-            choice: dict[str, object] = {
-                "index": 0, "message": message, "logprobs": None, "finish_reason": reason,
-            }  # fmt: skip
-        else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
-        body = self._envelope([choice], chunk=False)
+        """The whole non-streamed response: one choice per (text, finish reason), with
+        ``usage`` (the prompt once, every choice's tokens)."""
+        choices: list[dict[str, object]] = []
+        for index, (text, reason) in enumerate(answers):
+            if self.chat:
+                message = {"role": "assistant", "content": text}
+                choices.append({
+                    "index": index, "message": message, "logprobs": None, "finish_reason": reason,
+                })  # fmt: skip
+            else:
+                choices.append(
+                    {"index": index, "text": text, "logprobs": None, "finish_reason": reason}
+                )
+        body = self._envelope(choices, chunk=False)
         body["usage"] = _usage(prompt_tokens, completion_tokens)
         return body

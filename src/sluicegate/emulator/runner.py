@@ -99,6 +99,35 @@ class RequestStream:
         self._queue.put_nowait(Finish(reason))
 
 
+class ChoiceEvents:
+    """The events of a request's ``n`` engine sequences, as they come: (choice, event)."""
+
+    def __init__(self, streams: list[RequestStream]) -> None:
+        self.streams = streams
+        self._waiting: dict[asyncio.Task[Event], int] = {}
+
+    async def next(self) -> tuple[int, Event]:
+        """The next event of any choice that has not finished (one at a time)."""
+        if len(self.streams) == 1:
+            return 0, await self.streams[0].next_event()
+        if not self._waiting:
+            for index, stream in enumerate(self.streams):
+                self._waiting[asyncio.ensure_future(stream.next_event())] = index
+        done, _ = await asyncio.wait(self._waiting, return_when=asyncio.FIRST_COMPLETED)
+        task = min(done, key=lambda t: self._waiting[t])
+        index = self._waiting.pop(task)
+        event = task.result()
+        if not isinstance(event, Finish):
+            self._waiting[asyncio.ensure_future(self.streams[index].next_event())] = index
+        return index, event
+
+    def close(self) -> None:
+        """Stop waiting for events (the sequences themselves are aborted by the caller)."""
+        for task in self._waiting:
+            task.cancel()
+        self._waiting.clear()
+
+
 @dataclass(frozen=True, slots=True)
 class RunnerStats:
     """A snapshot of the emulator for ``GET /emulator/stats`` (tests and demos)."""

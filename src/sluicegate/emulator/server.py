@@ -11,6 +11,11 @@ parts); a completions prompt given as token ids counts one token per id.
 
 A client that disconnects (streaming or not) aborts its request in the engine
 at once, freeing its KV, as vLLM does.
+
+``n`` > 1 choices run as vLLM runs them: ``n`` sequences side by side in the engine
+(each prefilling the prompt, a simplification: vLLM shares it), streamed interleaved as
+their tokens come, each chunk naming its choice's ``index``; one usage covers them all
+(the prompt once, every choice's tokens).
 """
 
 from __future__ import annotations
@@ -37,7 +42,14 @@ from sluicegate.emulator.protocol import (
     error_body,
     parse_request,
 )
-from sluicegate.emulator.runner import EngineRunner, Finish, FinishReason, RequestStream, Token
+from sluicegate.emulator.runner import (
+    ChoiceEvents,
+    EngineRunner,
+    Finish,
+    FinishReason,
+    RequestStream,
+    Token,
+)
 from sluicegate.engine import Engine, EngineConfig
 from sluicegate.engine.presets import preset as engine_preset
 
@@ -67,48 +79,63 @@ class _EventStreamResponse(Response):
     media_type = "text/event-stream"
 
     def __init__(
-        self, runner: EngineRunner, stream: RequestStream, shape: OpenAIShape, include_usage: bool
+        self,
+        runner: EngineRunner,
+        streams: list[RequestStream],
+        shape: OpenAIShape,
+        include_usage: bool,
     ) -> None:
         self.status_code = 200
         self.background = None
         self.init_headers({"cache-control": "no-cache"})
         self._runner = runner
-        self._stream = stream
+        self._streams = streams
         self._shape = shape
         self._include_usage = include_usage
 
+    def _abort(self) -> None:
+        for stream in self._streams:
+            self._runner.abort(stream.req_id)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Send headers at once, then one ``data:`` event per token as the engine emits it."""
-        req_id = self._stream.req_id
-        watcher = asyncio.create_task(_on_disconnect(receive, lambda: self._runner.abort(req_id)))
+        watcher = asyncio.create_task(_on_disconnect(receive, self._abort))
+        choices = ChoiceEvents(self._streams)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            await self._send_events(send)
+            await self._send_events(send, choices)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
             pass  # ASGI 2.4 servers raise on send after a disconnect; finally aborts
         finally:
             watcher.cancel()
-            self._runner.abort(req_id)
+            choices.close()
+            self._abort()
 
-    async def _send_events(self, send: Send) -> None:
-        stream, shape = self._stream, self._shape
-        first = True
+    async def _send_events(self, send: Send, choices: ChoiceEvents) -> None:
+        streams, shape = self._streams, self._shape
+        started: set[int] = set()
+        running = len(streams)
         while True:
-            event = await stream.next_event()
+            index, event = await choices.next()
             if isinstance(event, Token):
-                chunk = _sse(shape.chunk(event.text, first=first))
+                first = index not in started
+                started.add(index)
+                chunk = _sse(shape.chunk(event.text, first=first, index=index))
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                first = False
                 continue
             if event.reason is FinishReason.ABORT:
                 return  # the client left or the server is stopping: no [DONE]
-            tail = _sse(shape.finish_chunk(event.reason))
-            if self._include_usage:
-                tail += _sse(shape.usage_chunk(stream.prompt_tokens, stream.completion_tokens))
-            tail += b"data: [DONE]\n\n"
+            tail = _sse(shape.finish_chunk(event.reason, index))
+            running -= 1
+            if not running:
+                if self._include_usage:
+                    completion = sum(stream.completion_tokens for stream in streams)
+                    tail += _sse(shape.usage_chunk(streams[0].prompt_tokens, completion))
+                tail += b"data: [DONE]\n\n"
             await send({"type": "http.response.body", "body": tail, "more_body": True})
-            return
+            if not running:
+                return
 
 
 class _EmulatorApi:
@@ -185,29 +212,35 @@ class _EmulatorApi:
         return _json(dataclasses.asdict(self._runner.stats()))
 
     async def _complete(self, request: Request, *, chat: bool) -> Response:
+        streams: list[RequestStream] = []
         try:
             parsed = parse_request(await request.body(), chat=chat, model=self._model)
             req_id = self._request_id(request)
-            stream = self._submit(
-                req_id,
-                parsed.prompt_tokens,
-                parsed.max_tokens,
-                ignore_eos=parsed.ignore_eos,
-                param="messages" if chat else "prompt",
-            )
+            for index in range(parsed.n):
+                streams.append(
+                    self._submit(
+                        req_id if index == 0 else f"{req_id}-n{index}",
+                        parsed.prompt_tokens,
+                        parsed.max_tokens,
+                        ignore_eos=parsed.ignore_eos,
+                        param="messages" if chat else "prompt",
+                    )
+                )
         except ApiError as exc:
+            for stream in streams:
+                self._runner.abort(stream.req_id)
             return _json(error_body(exc), exc.status)
         shape = OpenAIShape(
             chat=chat, resp_id=("chatcmpl-" if chat else "cmpl-") + req_id,
             model=self._model, created=int(time.time()),
         )  # fmt: skip
         if parsed.stream:
-            return _EventStreamResponse(self._runner, stream, shape, parsed.include_usage)
-        texts, reason = await self._collect(request, stream)
-        if reason is FinishReason.ABORT:
+            return _EventStreamResponse(self._runner, streams, shape, parsed.include_usage)
+        answers = await self._collect(request, streams)
+        if answers is None:
             return Response(status_code=499)  # nobody is listening any more
-        usage = (stream.prompt_tokens, stream.completion_tokens)
-        return _json(shape.body("".join(texts), reason, *usage))
+        completion = sum(stream.completion_tokens for stream in streams)
+        return _json(shape.body(answers, streams[0].prompt_tokens, completion))
 
     def _request_id(self, request: Request) -> str:
         """The client's ``X-Request-Id`` (as vLLM honours it), else a sequence number."""
@@ -235,23 +268,34 @@ class _EmulatorApi:
             raise ApiError(400, message, "context_length_exceeded", param) from exc
 
     async def _collect(
-        self, request: Request, stream: RequestStream
-    ) -> tuple[list[str], FinishReason]:
-        """Wait for a non-streamed request's end, aborting it if the client disconnects."""
-        req_id = stream.req_id
-        watcher = asyncio.create_task(
-            _on_disconnect(request.receive, lambda: self._runner.abort(req_id))
-        )
-        texts: list[str] = []
+        self, request: Request, streams: list[RequestStream]
+    ) -> list[tuple[str, str]] | None:
+        """Wait for a non-streamed request's end: each choice's (text, finish reason); None
+        when it was aborted (all of it, if the client disconnects)."""
+
+        def abort_all() -> None:
+            for stream in streams:
+                self._runner.abort(stream.req_id)
+
+        watcher = asyncio.create_task(_on_disconnect(request.receive, abort_all))
+        texts: list[list[str]] = [[] for _ in streams]
+        reasons: list[str] = ["" for _ in streams]
+        choices = ChoiceEvents(streams)
         try:
-            while True:
-                event = await stream.next_event()
-                if isinstance(event, Finish):
-                    return texts, event.reason
-                texts.append(event.text)
+            for _ in range(len(streams)):
+                while True:
+                    index, event = await choices.next()
+                    if isinstance(event, Finish):
+                        break
+                    texts[index].append(event.text)
+                if event.reason is FinishReason.ABORT:
+                    return None
+                reasons[index] = event.reason
+            return [("".join(parts), reason) for parts, reason in zip(texts, reasons, strict=True)]
         finally:
             watcher.cancel()
-            self._runner.abort(req_id)
+            choices.close()
+            abort_all()
 
 
 def build_app(config: EngineConfig, *, model: str, seed: int = 0) -> Starlette:

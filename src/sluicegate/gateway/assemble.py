@@ -15,6 +15,9 @@ latest plain content delta parsed is the ``DeltaTemplate``, and every later even
 that is the same bytes around a different JSON string is that delta with other
 text, whose string is kept as it came. All kept strings are decoded in one call
 at the end, and the body is built once.
+
+The answer keeps every field the engine sent, as its non-streamed answer would hold
+it, for every choice (``n`` > 1): see ``gateway/assemble_fields.py``.
 """
 
 from __future__ import annotations
@@ -23,15 +26,28 @@ import time
 
 import orjson
 
+from sluicegate.gateway.assemble_fields import (
+    CHOICE_OWN,
+    COUNTS,
+    TEXT_FIELDS,
+    TOP_OWN,
+    ChoiceParts,
+    added_usage,
+    checked_usage,
+    merge,
+)
 from sluicegate.gateway.classify import Endpoint
-from sluicegate.gateway.delta_template import DeltaTemplate, decoded_tokens
+from sluicegate.gateway.delta_template import DeltaTemplate
 from sluicegate.gateway.scanner import DONE
 from sluicegate.gateway.sse import SseSplitter, payloads_of
 
 DIGEST_BYTES = 16 * 1024
+MAX_CHOICES = 128
+"""Choice indexes kept apart; a larger one (the gateway allows ``n`` ≤ 16) joins choice 0."""
 
 # Fields whose streamed form this assembler does not merge: such requests are
-# forwarded untouched instead.
+# forwarded untouched instead (tool calls and log probabilities an engine streams in
+# its own ways; they are merged when they come, but not asked for).
 UNMERGED_FIELDS = ("tools", "functions", "logprobs", "top_logprobs", "tool_choice")
 
 
@@ -41,7 +57,7 @@ def streamable_copy(raw: bytes) -> bytes | None:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(body, dict) or body.get("n", 1) != 1:
+    if not isinstance(body, dict):
         return None
     if any(field in body for field in UNMERGED_FIELDS):
         return None
@@ -51,15 +67,6 @@ def streamable_copy(raw: bytes) -> bytes | None:
         return orjson.dumps(body)
     except TypeError:  # nested deeper than orjson writes
         return None
-
-
-def _counts(usage: dict[str, object]) -> dict[str, object]:
-    """The token counts of an engine's ``usage``, each a non-negative integer, nothing else."""
-    return {
-        name: value
-        for name in ("prompt_tokens", "completion_tokens", "total_tokens")
-        if type(value := usage.get(name)) is int and value >= 0
-    }
 
 
 class StreamAssembler:
@@ -72,19 +79,20 @@ class StreamAssembler:
     """
 
     __slots__ = (
+        "_choices",
+        "_fields",
         "_held",
         "_held_bytes",
         "_held_events",
-        "_key",
+        "_inline_usage",
         "_splitter",
         "_template",
-        "_tokens",
+        "_top",
         "chunks",
         "created",
         "done",
         "endpoint",
         "error",
-        "finish_reason",
         "id",
         "malformed",
         "model",
@@ -94,20 +102,21 @@ class StreamAssembler:
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
         self.created = int(time.time())  # wall-clock seconds, as OpenAI's "created"
-        self._key = b"content" if endpoint == "chat" else b"text"
+        self._fields = TEXT_FIELDS["chat" if endpoint == "chat" else "completions"]
         self._splitter = SseSplitter()
         self._template: DeltaTemplate | None = None
         self._held: list[bytes] = []  # reads not yet read into events
         self._held_bytes = 0
         self._held_events = 0  # data: fields in them, an estimate of their chunks
-        # The texts in order, each as a JSON string token, decoded together at the end.
-        self._tokens: list[bytes] = []
+        self._choices: dict[int, ChoiceParts] = {0: ChoiceParts()}  # by index
+        self._top: dict[str, object] = {}  # the chunks' other top-level fields
         self.chunks = 0  # content chunks (non-empty texts) read so far
         self.done = False
         self.error = False
         self.malformed = False
-        self.finish_reason: str | None = None
-        self.usage: dict[str, object] | None = None
+        self.usage: dict[str, object] | None = None  # the usage chunks' (added up)
+        # Usage sent beside choices, per choice index: each choice's so far.
+        self._inline_usage: dict[int, dict[str, object]] = {}
         self.id = ""
         self.model = ""
 
@@ -157,7 +166,7 @@ class StreamAssembler:
             if run is not None:
                 before, tokens, after = run
                 self._take(payloads_of(before))
-                self._tokens.extend(tokens)
+                self._choices[template.index].texts[template.key].extend(tokens)
                 self.chunks += len(tokens) - tokens.count(b'""')
                 self.id = template.id or self.id
                 self.model = template.model or self.model
@@ -169,9 +178,11 @@ class StreamAssembler:
         """Keep what the events of ``payloads`` say."""
         if self._splitter.overflowed:
             self.malformed = True
-        template, tokens = self._template, self._tokens
+        template = self._template
+        tokens = None if template is None else self._tokens_of(template)
         for payload in payloads:
             if template is not None and (token := template.token(payload)) is not None:
+                assert tokens is not None
                 tokens.append(token)
                 if len(token) > 2:
                     self.chunks += 1
@@ -181,10 +192,16 @@ class StreamAssembler:
                 self.done = True
             else:
                 self._parse(payload)
-                template = self._template
+                if self._template is not template:
+                    template = self._template
+                    tokens = None if template is None else self._tokens_of(template)
+
+    def _tokens_of(self, template: DeltaTemplate) -> list[bytes]:
+        return self._choices[template.index].texts[template.key]
 
     def _parse(self, payload: bytes) -> None:
-        """Keep what one event says, parsing it; the first plain delta becomes the template."""
+        """Keep what one event says, parsing it; the latest plain delta becomes the
+        template."""
         try:
             event = orjson.loads(payload)
         except orjson.JSONDecodeError:
@@ -197,46 +214,99 @@ class StreamAssembler:
             self.id = event_id
         if isinstance(model, str) and model:
             self.model = model
-        if isinstance(usage, dict):
-            self.usage = _counts(usage) or None
+        created = event.get("created")
+        if type(created) is int and created >= 0:
+            self.created = created
+        top = self._top
+        for key, value in event.items():
+            if key not in TOP_OWN and top.get(key) is None:
+                top[key] = value
         if "error" in event:
             self.error = True
         choices = event.get("choices")
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        if isinstance(usage, dict):
+            beside = None  # a usage chunk (no choices)
+            if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+                beside = choices[0].get("index")
+                beside = beside if type(beside) is int else 0
+            self._keep_usage(usage, beside)
+        if not isinstance(choices, list):
             return
-        choice = choices[0]
-        delta = choice.get("delta")
-        text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-        finish = choice.get("finish_reason")
-        if isinstance(finish, str):
-            self.finish_reason = finish
-        if not isinstance(text, str):
-            return
-        self._tokens.append(orjson.dumps(text))
-        if not text:
-            return
-        self.chunks += 1
-        if finish is None and usage is None and "error" not in event and len(choices) == 1:
+        plain_key: str | None = None
+        for choice in choices:
+            if isinstance(choice, dict):
+                plain_key = self._parse_choice(choice)
+        if plain_key is not None and len(choices) == 1 and usage is None and "error" not in event:
             # A plain delta that had to be parsed is shaped unlike the template (the first
             # one often carries the role too): the latest shape is the likeliest next.
-            self._template = DeltaTemplate.of(payload, event, self._key) or self._template
+            index = choices[0].get("index")
+            index = index if type(index) is int else 0
+            template = DeltaTemplate.of(payload, event, plain_key, index)
+            self._template = template or self._template
 
-    def _text(self) -> str:
-        """The text so far: the kept string tokens decoded in one call (an invalid one marks
-        the stream malformed and is left out)."""
-        tokens = self._tokens
-        strings = decoded_tokens(tokens)
-        if strings is None:
-            strings = []
-            for token in tokens:
-                one = decoded_tokens([token])
-                if one is None:
-                    self.malformed = True
+    def _parse_choice(self, choice: dict[str, object]) -> str | None:
+        """Keep one streamed choice; the text field it alone carries, if it is plain (no
+        finish and nothing else to merge but a role), else None."""
+        index = choice.get("index")
+        index = index if type(index) is int and 0 <= index < MAX_CHOICES else 0
+        parts = self._choices.get(index)
+        if parts is None:
+            parts = self._choices[index] = ChoiceParts()
+        finish = choice.get("finish_reason")
+        plain = finish is None
+        if isinstance(finish, str):
+            parts.finish_reason = finish
+        for key, value in choice.items():
+            if key not in CHOICE_OWN:
+                merge(parts.own, key, value, concat=False)
+                plain = plain and value is None
+        chat = self.endpoint == "chat"
+        delta = choice.get("delta") if chat else choice
+        if not isinstance(delta, dict):
+            return None
+        texts: list[str] = []
+        for key, value in delta.items():
+            if key in self._fields:
+                if isinstance(value, str):
+                    parts.texts.setdefault(key, []).append(orjson.dumps(value))
+                    if value:
+                        texts.append(key)
+                elif value is None and chat:  # a null content (tool calls only) stays null
+                    parts.message.setdefault(key, None)
                 else:
-                    strings.extend(one)
-        text = "".join(strings)
-        self._tokens = [orjson.dumps(text)] if tokens else []
-        return text
+                    plain = False  # not text: left out
+            elif chat:
+                merge(parts.message, key, value, concat=True)
+                plain = plain and (value is None or key == "role")
+        if not texts:
+            return None
+        self.chunks += 1
+        return texts[0] if plain and len(texts) == 1 else None
+
+    def _keep_usage(self, usage: dict[str, object], beside: int | None) -> None:
+        """Usage chunks (``beside`` None) add up: one for the whole answer (vLLM), or one
+        per choice (llama.cpp's server, chat). Usage beside choice ``beside`` is that
+        choice's so far (vLLM's continuous usage, llama.cpp's server on a completion's
+        last chunk of each choice): the latest per choice, added over the choices when
+        no usage chunk came (``SseScanner`` counts alike)."""
+        checked = checked_usage(usage)
+        if checked is None:
+            return
+        if beside is not None:
+            self._inline_usage[beside] = checked
+        elif self.usage is None:
+            self.usage = checked
+        else:
+            self.usage = added_usage(self.usage, checked)
+
+    def _text(self) -> dict[int, dict[str, str]]:
+        """The texts so far, per choice and field: the kept string tokens decoded (an
+        invalid one marks the stream malformed and is left out)."""
+        joined = {}
+        for index, parts in self._choices.items():
+            joined[index], bad = parts.joined()
+            self.malformed = self.malformed or bad
+        return joined
 
     def body(
         self,
@@ -250,17 +320,42 @@ class StreamAssembler:
         overrides the stream's own; the fallbacks stand in for an ``id``/``model`` the
         stream never sent)."""
         self._digest()
-        text = self._text()
-        reason = finish_reason or self.finish_reason or "stop"
-        choice: dict[str, object]
-        if self.endpoint == "chat":
-            message = {"role": "assistant", "content": text}
-            choice = {"index": 0, "message": message, "finish_reason": reason}
-            kind = "chat.completion"
-        else:
-            choice = {"index": 0, "text": text, "finish_reason": reason}
-            kind = "text_completion"
+        texts = self._text()
+        try:
+            return self._dumped(texts, prompt_tokens, finish_reason, fallback_id, fallback_model)
+        except TypeError:
+            # An engine's field nested deeper than orjson writes (it reads 1024 levels,
+            # writes 255): the answer without the fields the assembler does not read.
+            return self._dumped(
+                texts, prompt_tokens, finish_reason, fallback_id, fallback_model, bare=True
+            )
+
+    def _dumped(
+        self,
+        texts: dict[int, dict[str, str]],
+        prompt_tokens: int,
+        finish_reason: str | None,
+        fallback_id: str,
+        fallback_model: str,
+        *,
+        bare: bool = False,
+    ) -> bytes:
+        chat = self.endpoint == "chat"
+        choices = [
+            parts.body(
+                index, texts[index], finish_reason or parts.finish_reason or "stop", chat, bare=bare
+            )
+            for index, parts in sorted(self._choices.items())
+        ]
+        kind = "chat.completion" if chat else "text_completion"
         usage = self.usage
+        if usage is None and self._inline_usage:
+            beside = list(self._inline_usage.values())
+            usage = beside[0]
+            for more in beside[1:]:
+                usage = added_usage(usage, more)
+        if usage is not None and bare:
+            usage = {name: value for name, value in usage.items() if name in COUNTS}
         if usage is None or finish_reason is not None:
             usage = {
                 "prompt_tokens": prompt_tokens,
@@ -272,7 +367,8 @@ class StreamAssembler:
             "object": kind,
             "created": self.created,
             "model": self.model or fallback_model,
-            "choices": [choice],
+            **({} if bare else self._top),
+            "choices": choices,
             "usage": usage,
         }
         return orjson.dumps(body)

@@ -217,6 +217,27 @@ def _check_sampling(body: dict[str, object]) -> None:
         raise _bad("'stop' must be a string or a list of strings", "stop")
 
 
+def check_choices(model: ModelSpec, n: int) -> None:
+    """``GatewayError(400)`` if ``n`` choices can never run at once on ``model``.
+
+    ``n`` choices take ``n`` units of concurrency (engine sequences side by side): more
+    than the model's ``max_concurrency``, or than the largest backend's cap when every
+    backend has one (llama.cpp's slots: it would wait for ``n`` free slots forever),
+    cannot be admitted, so they are refused rather than clamped (the engine gets the
+    body as sent, and a clamped ``n`` would answer fewer choices than asked).
+    """
+    caps = [backend.max_concurrency for backend in model.backends]
+    most = model.max_concurrency
+    if caps and None not in caps:
+        most = min(most, max(cap for cap in caps if cap is not None))
+    if n > most:
+        raise _bad(
+            f"'n' is {n}, but model {model.name!r} runs at most {most} sequences at once"
+            f" and each choice is one: ask for at most {most}",
+            "n",
+        )
+
+
 def estimate_prompt_tokens(parsed: ParsedRequest, chars_per_token: float) -> int:
     """Prompt tokens from characters (plus a small per-message overhead for chat)."""
     return math.ceil(parsed.prompt_chars / chars_per_token) + (

@@ -55,9 +55,13 @@ class DeltaTemplate:
     between them is, byte for byte, the same event with other text: it needs no parse.
     """
 
-    __slots__ = ("_prefix", "_separator", "_suffix", "_trim", "id", "model")
+    __slots__ = ("_prefix", "_separator", "_suffix", "_trim", "id", "index", "key", "model")
 
-    def __init__(self, prefix: bytes, suffix: bytes, event: dict[str, Any]) -> None:
+    def __init__(
+        self, prefix: bytes, suffix: bytes, event: dict[str, Any], key: str, index: int
+    ) -> None:
+        self.key = key  # the text field: content, reasoning_content, reasoning or text
+        self.index = index  # the choice it is a delta of
         self._prefix = prefix
         self._suffix = suffix
         self._trim = len(prefix) + len(suffix) + 2
@@ -68,12 +72,16 @@ class DeltaTemplate:
         self.model = model if isinstance(model, str) and model else None
 
     @classmethod
-    def of(cls, payload: bytes, event: dict[str, Any], key: bytes) -> DeltaTemplate | None:
-        """The template of a parsed ``event`` whose text field (``key``) is its only one by
-        that name; ``None`` if its text cannot be located in ``payload`` exactly."""
-        marker = b'"' + key + b'":'
+    def of(
+        cls, payload: bytes, event: dict[str, Any], key: str, index: int = 0
+    ) -> DeltaTemplate | None:
+        """The template of a parsed ``event`` (a delta of choice ``index``) whose text
+        field (``key``) is its only one by that name; ``None`` if its text cannot be
+        located in ``payload`` exactly."""
+        name = key.encode()
+        marker = b'"' + name + b'":'
         at = payload.find(marker)
-        if at < 0 or payload.count(b'"' + key + b'"') != 1:
+        if at < 0 or payload.count(b'"' + name + b'"') != 1:
             return None
         start = at + len(marker)
         if payload[start : start + 1] == b" ":
@@ -81,7 +89,7 @@ class DeltaTemplate:
         end = _string_end(payload, start) + 1
         if payload[start : start + 1] != b'"' or end <= 0:
             return None
-        return cls(payload[:start], payload[end:], event)
+        return cls(payload[:start], payload[end:], event, key, index)
 
     def token(self, payload: bytes) -> bytes | None:
         """The text's JSON string token if ``payload`` is this template around one."""

@@ -23,7 +23,13 @@ from sluicegate.core.ticket import Ticket, TicketId
 from sluicegate.gateway.admission import admission, submit
 from sluicegate.gateway.asgi import abort_connection, send_error
 from sluicegate.gateway.body import RequestHead, read_body
-from sluicegate.gateway.classify import Endpoint, classify, estimate_prompt_tokens, parse_body
+from sluicegate.gateway.classify import (
+    Endpoint,
+    check_choices,
+    classify,
+    estimate_prompt_tokens,
+    parse_body,
+)
 from sluicegate.gateway.errors import GatewayError
 from sluicegate.gateway.exchange import Exchange
 from sluicegate.gateway.http1 import UpstreamError
@@ -144,6 +150,9 @@ class InferenceHandler:
             deadline_header=head.deadline_ms,
             body_priority=parsed.priority,
         )
+        units = 1 if self.endpoint == "embeddings" else parsed.n
+        if units > 1:
+            check_choices(model, units)
         server = state.config.server
         max_tokens = (
             1 if self.endpoint == "embeddings" else (parsed.max_tokens or server.default_max_tokens)
@@ -155,11 +164,12 @@ class InferenceHandler:
             lane=kind.lane,
             priority=kind.priority,
             prompt_tokens=estimate_prompt_tokens(parsed, server.chars_per_token),
-            max_tokens=max_tokens * parsed.n,
+            max_tokens=max_tokens * units,
             arrival=arrival,
             deadline=None if kind.deadline_ms is None else arrival + kind.deadline_ms / 1000.0,
             prefix_key=zlib.crc32(parsed.prefix.encode()) if parsed.prefix else None,
             streaming=parsed.stream,
+            units=units,
         )
 
     async def _unexpected(self, exchange: Exchange, *, engine: bool) -> None:

@@ -36,6 +36,8 @@ class SseScanner:
     """
 
     __slots__ = (
+        "_beside",
+        "_chunked",
         "chunks",
         "completion_tokens",
         "done",
@@ -53,6 +55,9 @@ class SseScanner:
         self.finish_reason: str | None = None
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
+        self._chunked = False  # a usage chunk came (its counts replace those beside choices)
+        # Usage beside choices, per choice index: (prompt, completion) tokens so far.
+        self._beside: dict[int, tuple[int | None, int | None]] | None = None
 
     def scan_all(self, payloads: list[bytes]) -> int:
         """Scan the payloads of some events; return how many content chunks they held."""
@@ -89,11 +94,44 @@ class SseScanner:
                 self.finish_reason = first["finish_reason"]
         usage = event.get("usage")
         if isinstance(usage, dict):
-            prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-            if type(prompt) is int and prompt >= 0:
-                self.prompt_tokens = prompt
-            if type(completion) is int and completion >= 0:
-                self.completion_tokens = completion
+            index = None
+            if isinstance(choices, list) and choices:
+                first_index = choices[0].get("index") if isinstance(choices[0], dict) else None
+                index = first_index if type(first_index) is int else 0
+            self._usage(usage, index=index)
+
+    def _usage(self, usage: dict[str, object], *, index: int | None) -> None:
+        """Keep an event's usage (``index``: the choice it came beside; None for a usage
+        chunk, which has no choices).
+
+        Usage chunks add up: vLLM sends one for the whole answer, llama.cpp's server one
+        per choice of an ``n`` > 1 chat request, each counting that choice's tokens and
+        the same prompt. Usage beside a choice is that choice's so far (vLLM's continuous
+        usage stats, llama.cpp's server on a completion's last chunk of each choice): the
+        latest per choice, added over the choices, until a usage chunk comes.
+        """
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        prompt = prompt if type(prompt) is int and prompt >= 0 else None
+        completion = completion if type(completion) is int and completion >= 0 else None
+        if index is None:
+            if self._beside is not None:
+                self._beside = None
+                self.prompt_tokens = self.completion_tokens = None
+            self._chunked = True
+            if prompt is not None:
+                self.prompt_tokens = max(prompt, self.prompt_tokens or 0)
+            if completion is not None:
+                self.completion_tokens = (self.completion_tokens or 0) + completion
+            return
+        if self._chunked:
+            return
+        if self._beside is None:
+            self._beside = {}
+        self._beside[index] = (prompt, completion)
+        prompts = [p for p, _ in self._beside.values() if p is not None]
+        completions = [c for _, c in self._beside.values() if c is not None]
+        self.prompt_tokens = max(prompts) if prompts else None
+        self.completion_tokens = sum(completions) if completions else None
 
 
 def _carries_output(choice: dict[str, object]) -> bool:

@@ -18,7 +18,8 @@ once per restart. SIGTERM or SIGINT: SIGTERM to every worker (uvicorn lets
 requests finish for up to ``STOP_GRACE_S``), SIGKILL to any still running
 ``STOP_GRACE_S + 5`` s later, then the Redis is stopped and the run directory
 removed; exit code 0. Workers and the Redis get the parent-death signal (Linux
-``PR_SET_PDEATHSIG``), so a supervisor killed with ``-9`` leaves none behind.
+``PR_SET_PDEATHSIG``), so a supervisor killed with ``-9`` leaves none behind; the run
+directory it leaves is removed by the next supervisor's start (``gateway/run_dirs.py``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -42,6 +42,7 @@ from typing import Final, Literal
 
 from sluicegate.config import Config, redacted_store
 from sluicegate.gateway.private_redis import PrivateRedis, PrivateRedisError, find_redis_server
+from sluicegate.gateway.run_dirs import make_run_dir, remove_stale_run_dirs
 from sluicegate.gateway.siblings import WORKER_ENV
 from sluicegate.gateway.worker_process import WorkerSpec
 from sluicegate.store.keys import default_replica_id
@@ -284,7 +285,8 @@ def run_workers(
             "set store: redis://host:port/0 (or unix:///path) in the config, or install "
             "redis-server (e.g. apt-get install redis-server)"
         )
-    run_dir = Path(tempfile.mkdtemp(prefix="sluicegate-workers-"))
+    remove_stale_run_dirs()
+    run_dir = make_run_dir()
     redis = None if binary is None else PrivateRedis(binary, run_dir)
     try:
         if redis is not None:

@@ -63,7 +63,7 @@ class LeastExpectedTimeRouter:
         self, ticket: Ticket, service_s: float, backends: Sequence[BackendState], now: float
     ) -> BackendState | None:
         """The available backend with the smallest expected completion time, or ``None``."""
-        available = [b for b in backends if b.available(now)]
+        available = [b for b in backends if b.available(now, ticket.units)]
         if not available:
             return None
         soonest = min(expected_completion_s(b, service_s) for b in available)

@@ -66,6 +66,6 @@ class LeastInflightRouter:
         for offset in range(n):
             backend = backends[(start + offset) % n]
             score = backend.inflight / backend.spec.weight
-            if (best is None or score < best_score) and backend.available(now):
+            if (best is None or score < best_score) and backend.available(now, ticket.units):
                 best, best_score = backend, score
         return best

@@ -76,7 +76,7 @@ class PrefixAffinityRouter:
             return self._fallback.choose(ticket, service_s, backends, now)
         if tuple((b.name, b.spec.weight) for b in backends) != self._signature:
             self._rebuild(backends)
-        available = {b.name: b for b in backends if b.available(now)}
+        available = {b.name: b for b in backends if b.available(now, ticket.units)}
         if not available:
             return None
         total = sum(b.inflight for b in available.values())

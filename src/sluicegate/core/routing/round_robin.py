@@ -34,7 +34,7 @@ class RoundRobinRouter:
         best_score = 0.0
         total = 0.0
         for backend in backends:
-            if not backend.available(now):
+            if not backend.available(now, ticket.units):
                 continue
             score = self._score.get(backend.name, 0.0) + backend.spec.weight
             self._score[backend.name] = score
