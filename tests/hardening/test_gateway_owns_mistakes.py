@@ -80,6 +80,12 @@ def engine_processes(count: int, log_dir: Path) -> Iterator[list[Child]]:
         stop_children(children)
 
 
+def _wait_up(gateway: Stack, *names: str) -> None:
+    """Wait until every backend named has answered a probe (a gateway starts with its
+    backends down), so that a request can be routed to any of them."""
+    assert wait_until(lambda: all(backend_state(gateway.base_url, n)["healthy"] for n in names), 10)
+
+
 def kill(engine: Child) -> None:
     """Kill the engine's process as a crash would (``SIGKILL``) and wait until it is gone."""
     engine.signal_group(signal.SIGKILL)
@@ -132,6 +138,7 @@ def test_requests_to_an_engine_killed_between_probes_go_to_the_other_engine(
         _sdk(gateway) as client,
     ):
         warm = [_completion(client, stream) for _ in range(4)]
+        _wait_up(gateway, "e0", "e1")
         kill(e0)
         served_before = engine_stats(e1.url)["admitted_total"]
         texts = [_completion(client, stream) for _ in range(6)]
@@ -195,6 +202,7 @@ def test_two_dead_engines_are_each_tried_once_then_503(
         engine_processes(2, tmp_path) as (e0, e1),
         gateway_at([e0.port, e1.port], NEVER_PROBED) as gateway,
     ):
+        _wait_up(gateway, "e0", "e1")
         kill(e0)
         kill(e1)
         reply = http_call(
@@ -219,6 +227,7 @@ def test_batch_lines_sent_to_an_engine_killed_between_probes_go_to_the_other_eng
         gateway_at([e0.port, e1.port], body, environ=ENVIRON) as gateway,
         batch_client(gateway) as sdk,
     ):
+        _wait_up(gateway, "e0", "e1")
         kill(e0)
         lines = [chat_line(f"line-{i}") for i in range(10)]
         batch = wait_batch(sdk, start_batch(sdk, lines).id)
