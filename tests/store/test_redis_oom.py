@@ -26,6 +26,7 @@ pytestmark = pytest.mark.skipif(
     reason=f"redis-server not installed ({REDIS_SERVER}); `make test` installs it",
 )
 
+
 @pytest.fixture
 def full_redis() -> Iterator[RedisServer]:
     """A redis-server with ``maxmemory`` (``noeviction``) that other data filled past it."""
@@ -74,9 +75,11 @@ async def test_limits_keep_working_while_redis_refuses_writes(full_redis: RedisS
         limits = model_limits(2)
         (first,) = await a.sync([(limits, [offer("a1"), offer("a2"), offer("a3")])])
         assert first.granted == ("a1", "a2")
-        assert first.counts.running == 2 and first.counts.waiting == 1
+        assert first.counts.running == 2
+        assert first.counts.waiting == 1
         (second,) = await b.sync([(limits, [offer("b1", (9.0,))])])
-        assert second.granted == () and second.counts.waiting == 2
+        assert second.granted == ()
+        assert second.counts.waiting == 2
         (third,) = await a.sync([(limits, [Drop("a1")])])
         assert third.granted == ("a3",)
         assert await a.take(RATES, 600) == 0.0

@@ -32,11 +32,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, cast
 
 import orjson
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry as RedisRetry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
 
 from sluicegate.batches import redis_lua
 from sluicegate.batches.backend import (
@@ -51,6 +55,9 @@ from sluicegate.batches.backend import (
 )
 from sluicegate.batches.objects import STATUS_TIMES, new_id
 from sluicegate.batches.redis_lifecycle import RedisLifecycle, as_bytes, as_str
+from sluicegate.store.errors import storage_error
+
+log = logging.getLogger("sluicegate.batches")
 
 CHUNK = 1000
 """Lines written or read per round trip."""
@@ -100,10 +107,16 @@ def _take(lines: Iterator[bytes], count: int) -> list[bytes]:
 
 class RedisBatches:
     """``BatchBackend`` in the Redis at ``url`` (redis://, rediss:// or unix://), under the
-    keys of ``prefix`` (``distributed.key_prefix``)."""
+    keys of ``prefix`` (``distributed.key_prefix``).
 
-    def __init__(self, url: str, *, prefix: str) -> None:
+    Every call fails within ``timeout_s`` per round trip (``batches.store_timeout_s``) and is
+    never retried by the client: a write retried after a timeout could apply twice (an
+    ``RPUSH`` of lines). The next call connects again.
+    """
+
+    def __init__(self, url: str, *, prefix: str, timeout_s: float = 2.0) -> None:
         self.url = url
+        self.timeout_s = timeout_s
         self.base = f"{{{prefix}:batch}}:"
         self._client: aioredis.Redis | None = None
         self._scripts: dict[str, Any] = {}
@@ -122,9 +135,21 @@ class RedisBatches:
         return await self._scripts[script](keys=[self.base], args=list(args))
 
     async def open(self) -> None:
-        """Connect, and check that Redis answers."""
-        client = aioredis.Redis.from_url(self.url)
-        await client.ping()
+        """Connect, and check that Redis answers; one that does not is logged, and the lane
+        starts anyway (its calls fail until Redis answers: 503 in the API)."""
+        client = aioredis.Redis.from_url(
+            self.url,
+            socket_timeout=self.timeout_s,
+            socket_connect_timeout=self.timeout_s,
+            retry=RedisRetry(NoBackoff(), 0),
+        )
+        try:
+            await client.ping()
+        except RedisError as exc:
+            reason = storage_error(exc)
+            log.warning(
+                "the batch store does not answer yet (%s): its calls fail until it does", reason
+            )
         self._client = client
         for name in ("CREATE", "DELETE_FILE", "CANCEL", "CLAIM", "RENEW", "RECORD"):
             source = redis_lua.PRELUDE + redis_lua.SCRIPTS[name]

@@ -33,7 +33,7 @@ log = logging.getLogger("sluicegate.batches")
 
 def open_backend(config: Config) -> BatchBackend:
     """Where ``config`` keeps batch state: its SQLite file, or (distributed mode, no
-    ``batches.path``) the shared store.
+    ``batches.path``) ``batches.store``, by default the shared store.
 
     The path decides, not the store: the workers of ``serve --workers`` run on a private
     store of the supervisor's and share the SQLite file (the config refuses a path beside a
@@ -43,7 +43,9 @@ def open_backend(config: Config) -> BatchBackend:
     assert spec is not None
     if spec.path is not None:
         return SqliteBatches(spec.path)
-    return RedisBatches(config.store, prefix=config.distributed.key_prefix)
+    url = config.store if spec.store is None else spec.store
+    prefix = config.distributed.key_prefix
+    return RedisBatches(url, prefix=prefix, timeout_s=spec.store_timeout_s)
 
 
 class BatchLane:
@@ -63,6 +65,7 @@ class BatchLane:
         export = topology is None or topology.index == 0
         self.progress = BatchProgress(state.metrics.registry, export_gauges=export)
         self.runner = BatchRunner(state, spec, self.backend, inference, self.progress)
+        self.api.on_storage_error = self.progress.storage_error
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
