@@ -176,8 +176,12 @@ class RedisBatches:
                     pipe.expire(key, UPLOAD_TTL_S)
                     await pipe.execute()
                 count += len(chunk)
-        except BaseException:
-            await asyncio.shield(self._redis.unlink(key))
+        except BaseException as exc:
+            failure = storage_error(exc)
+            if failure is None or failure.full:
+                # Out of memory, the delete is what frees it; an unreachable Redis would only
+                # make the answer wait another timeout (the list expires by itself).
+                await asyncio.shield(self._redis.unlink(key))
             raise
         row: Record = {
             "id": file_id,
