@@ -32,6 +32,9 @@ import orjson
 import pytest
 import redis
 
+from sluicegate.batches.redis_backend import RedisBatches
+from sluicegate.config import ConfigError, parse_config
+from sluicegate.gateway.batch_lane import open_backend
 from tests.batches.batch_harness import CHAT, ENVIRON, KEY_A, KEY_B, chat_line, jsonl
 from tests.gateway.gateway_harness import (
     MODEL,
@@ -139,13 +142,15 @@ def assert_storage_full(reply: Reply) -> None:
     assert CANARY.encode() not in reply.body
 
 
-def fill_with_uploads(base_url: str, *, size: int = 32_768) -> int:
-    """Tenant a uploads one-line files until the storage refuses one; uploads accepted."""
+def fill_with_uploads(base_url: str, *, size: int = 32_768) -> list[str]:
+    """Tenant a uploads one-line files until the storage refuses one; the files accepted."""
+    accepted: list[str] = []
     for index in range(2000):
         reply = upload(base_url, canary_lines(1, size, tag=f"fill{index}"))
         if reply.status != 200:
             assert_storage_full(reply)
-            return index
+            return accepted
+        accepted.append(reply.json()["id"])
     raise AssertionError("the storage never filled")
 
 
@@ -190,7 +195,8 @@ def test_redis_out_of_memory_refuses_uploads_and_keeps_limits_global(logs: Logs)
     """One Redis for limits and batch data, ``maxmemory`` 8 MiB: tenant a's uploads fill it;
     every further upload (and a create) answers 507 ``storage_full`` with ``Retry-After``,
     reads still answer, requests of both tenants are admitted by the store (global, no
-    fallback), and no log line holds the canary of the uploaded lines."""
+    fallback), deleting files frees room (uploads go through again), and no log line holds
+    the canary of the uploaded lines."""
     args = ["--maxmemory", "8mb", "--maxmemory-policy", "noeviction"]
     with (
         running_redis(args=args) as server,
@@ -200,7 +206,7 @@ def test_redis_out_of_memory_refuses_uploads_and_keeps_limits_global(logs: Logs)
         assert first.status == 200, first
         file_id = first.json()["id"]
         accepted = fill_with_uploads(live.base_url)
-        assert accepted > 10
+        assert len(accepted) > 10
         pin_over_maxmemory(server)
         for _ in range(3):
             assert_storage_full(upload(live.base_url, canary_lines(1, 200, tag="more")))
@@ -213,6 +219,10 @@ def test_redis_out_of_memory_refuses_uploads_and_keeps_limits_global(logs: Logs)
         )
         assert refused is not None
         assert refused >= 5
+        for file_id in accepted[:40]:  # deleting frees room, also while Redis is over
+            path = f"/v1/files/{file_id}"
+            assert http_call(live.base_url, "DELETE", path, key=KEY_A).status == 200
+        assert upload(live.base_url, canary_lines(1, 200, tag="after")).status == 200
     assert_no_canary(logs)
 
 
@@ -374,3 +384,40 @@ def test_a_full_disk_refuses_uploads_and_batches_resume_by_themselves(
     assert not logs.matching("Traceback"), logs.text()
     assert not logs.matching("tick failed"), logs.text()
     assert_no_canary(logs)
+
+
+CONFIG = """models:
+  - name: m
+    backends: [{name: e, url: 'http://127.0.0.1:9', engine: emulator}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("section", "problem"),
+    [
+        (
+            "store: memory\nbatches: {path: /tmp/b.db, store: 'redis://127.0.0.1:7/0'}\n",
+            "distributed",
+        ),
+        ("store: redis://127.0.0.1:7/0\nbatches: {store: 'http://u:hunter2@h/0'}\n", "redis://"),
+        ("store: redis://127.0.0.1:7/0\nbatches: {store: 'redis://u:hunter2@h/x'}\n", "database"),
+        ("store: redis://127.0.0.1:7/0\nbatches: {store_timeout_s: 0}\n", "store_timeout_s"),
+    ],
+)
+def test_batches_store_is_checked(section: str, problem: str) -> None:
+    """``batches.store`` is a Redis URL (a password in it is never echoed) and needs
+    distributed mode; ``batches.store_timeout_s`` is positive."""
+    with pytest.raises(ConfigError) as caught:
+        parse_config(CONFIG + section)
+    assert problem in str(caught.value)
+    assert "hunter2" not in str(caught.value)
+
+
+def test_batches_store_defaults_to_the_shared_store() -> None:
+    """Unset, batch data lives in the shared store (as before); set, in its own Redis."""
+    shared = "store: redis://127.0.0.1:7/0\n"
+    default = parse_config(CONFIG + shared + "batches: {}\n")
+    own = parse_config(CONFIG + shared + "batches: {store: 'redis://127.0.0.1:8/1'}\n")
+    assert isinstance(open_backend(default), RedisBatches)
+    assert open_backend(default).url == "redis://127.0.0.1:7/0"  # type: ignore[attr-defined]
+    assert open_backend(own).url == "redis://127.0.0.1:8/1"  # type: ignore[attr-defined]
