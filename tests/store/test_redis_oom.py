@@ -67,8 +67,8 @@ RATES = TenantRates("t", 100.0, 100.0, 10.0, 1000.0)
 async def test_limits_keep_working_while_redis_refuses_writes(full_redis: RedisServer) -> None:
     """At ``maxmemory``: offers are granted and queued by the global cap, drops free their
     slot for the next waiter, rate takes charge the bucket and refunds give back, the
-    heartbeat and a resync run — and plain writes are still refused (nothing lifted the
-    limit)."""
+    heartbeat and a resync run, scripts Redis lost are loaded again and a new session
+    connects — and plain writes are still refused (nothing lifted the limit)."""
     url = full_redis.url
     assert refuses_writes(url)
     async with connected_stores(url, "a", "b") as (a, b):
@@ -91,6 +91,12 @@ async def test_limits_keep_working_while_redis_refuses_writes(full_redis: RedisS
         await b.resync(limits, [Lease("b9", "main", "t", 1.0, 10)])
         counts = await a.counts(limits)
         assert counts.running == 3  # a2, a3 and b's lease written back
+        with redis.Redis.from_url(url) as client:
+            client.script_flush()  # as after a restart: the next calls reload the scripts
+        (fourth,) = await a.sync([(limits, [Drop("a2")])])
+        assert fourth.counts.running == 2  # b1 left with b's resync; nothing waits
+    async with connected_stores(url, "c") as (c,):  # a new session connects (SCRIPT LOAD)
+        assert await c.heartbeat([MODEL]) == 3
     with redis.Redis.from_url(url) as client:
         assert client.exists(rate_key("sluicegate", "t"))
     assert refuses_writes(url)
