@@ -242,6 +242,12 @@ class Config(BaseModel):
                 "batches.path: in distributed mode batch state lives in the shared store "
                 "(store:), so that every replica serves every batch; remove batches.path"
             )
+        if batches.store is not None and not self.shared_store:
+            raise ValueError(
+                "batches.store: a separate Redis for batch data is for distributed mode "
+                "(store: redis://…); with store: memory batch state is the SQLite file "
+                "batches.path"
+            )
         if not self.shared_store and batches.path is None:
             raise ValueError(
                 "batches.path: the SQLite database that holds batch state is required "

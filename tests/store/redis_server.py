@@ -15,7 +15,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from sluicegate.gateway.private_redis import answers_ping
 
@@ -40,11 +40,12 @@ def _free_port() -> int:
 class RedisServer:
     """One ``redis-server`` process on ``127.0.0.1:port``, without persistence."""
 
-    def __init__(self, port: int, workdir: str) -> None:
+    def __init__(self, port: int, workdir: str, args: Sequence[str] = ()) -> None:
         if port == _DEFAULT_PORT:
             raise ValueError("tests never use Redis's default port 6379")
         self.port = port
         self._workdir = workdir
+        self._args = tuple(args)
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -67,7 +68,7 @@ class RedisServer:
             raise RuntimeError(f"redis-server not found at {REDIS_SERVER}")
         command = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1"]
         command += ["--save", "", "--appendonly", "no", "--dir", self._workdir]
-        command += ["--loglevel", "warning", "--daemonize", "no"]
+        command += ["--loglevel", "warning", "--daemonize", "no", *self._args]
         self._process = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
@@ -108,10 +109,11 @@ class RedisServer:
 
 
 @contextlib.contextmanager
-def running_redis(port: int | None = None) -> Iterator[RedisServer]:
-    """Start a ``redis-server`` on ``port`` (a free one by default); kill it on exit."""
+def running_redis(port: int | None = None, *, args: Sequence[str] = ()) -> Iterator[RedisServer]:
+    """Start a ``redis-server`` on ``port`` (a free one by default) with extra command-line
+    ``args`` (e.g. ``["--maxmemory", "4mb"]``); kill it on exit."""
     with tempfile.TemporaryDirectory(prefix="sluicegate-redis-") as workdir:
-        server = RedisServer(_free_port() if port is None else port, workdir)
+        server = RedisServer(_free_port() if port is None else port, workdir, args)
         server.start()
         try:
             yield server

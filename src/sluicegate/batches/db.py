@@ -141,7 +141,11 @@ class Database:
             for statement in _SCHEMA_2.split(";"):
                 if statement.strip():
                     self.conn.execute(statement)
-            self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            if version != SCHEMA_VERSION:
+                # Only when it changes: a database that is up to date opens without a write, so
+                # a gateway restarting on a full disk still starts (writes answer 507 until
+                # there is room).
+                self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:

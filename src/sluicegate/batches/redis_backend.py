@@ -32,11 +32,15 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 import orjson
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry as RedisRetry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
 
 from sluicegate.batches import redis_lua
 from sluicegate.batches.backend import (
@@ -58,6 +62,9 @@ from sluicegate.batches.objects import STATUS_TIMES, new_id
 from sluicegate.batches.redis_admin import RedisAdmin
 from sluicegate.batches.redis_lifecycle import RedisLifecycle, as_bytes, as_str
 from sluicegate.batches.redis_retention import RedisRetention, refusal
+from sluicegate.store.errors import storage_error
+
+log = logging.getLogger("sluicegate.batches")
 
 CHUNK = 1000
 """Lines read per round trip."""
@@ -112,11 +119,24 @@ def _record(raw: dict[Any, Any], columns: tuple[str, ...], ints: frozenset[str])
 class RedisBatches:
     """``BatchBackend`` in the Redis at ``url`` (redis://, rediss:// or unix://), under the
     keys of ``prefix`` (``distributed.key_prefix``); output and error files expire
-    ``file_retention_s`` after they are written (None: never)."""
+    ``file_retention_s`` after they are written (None: never).
 
-    def __init__(self, url: str, *, prefix: str, file_retention_s: int | None = None) -> None:
+    Every call fails within ``timeout_s`` per round trip (``batches.store_timeout_s``) and is
+    never retried by the client: a write retried after a timeout could apply twice (an
+    ``RPUSH`` of lines). The next call connects again.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str,
+        file_retention_s: int | None = None,
+        timeout_s: float = 2.0,
+    ) -> None:
         self.url = url
         self.file_retention_s = file_retention_s
+        self.timeout_s = timeout_s
         self.base = f"{{{prefix}:batch}}:"
         self._client: aioredis.Redis | None = None
         self._scripts: dict[str, Any] = {}
@@ -137,9 +157,21 @@ class RedisBatches:
         return await self._scripts[script](keys=[self.base], args=list(args))
 
     async def open(self) -> None:
-        """Connect, and check that Redis answers."""
-        client = aioredis.Redis.from_url(self.url)
-        await client.ping()
+        """Connect, and check that Redis answers; one that does not is logged, and the lane
+        starts anyway (its calls fail until Redis answers: 503 in the API)."""
+        client = aioredis.Redis.from_url(
+            self.url,
+            socket_timeout=self.timeout_s,
+            socket_connect_timeout=self.timeout_s,
+            retry=RedisRetry(NoBackoff(), 0),
+        )
+        try:
+            await client.ping()
+        except RedisError as exc:
+            reason = storage_error(exc)
+            log.warning(
+                "the batch store does not answer yet (%s): its calls fail until it does", reason
+            )
         self._client = client
         for name in ("CREATE", "DELETE_FILE", "CANCEL", "CLAIM", "RENEW", "RECORD"):
             source = redis_lua.PRELUDE + redis_lua.SCRIPTS[name]
@@ -197,8 +229,13 @@ class RedisBatches:
             seq = await self._run("CREATE", "file", file_id, tenant, "", expires, *fields)
             if seq is None:
                 raise RuntimeError("the upload's reservation was swept before it finished")
-        except BaseException:
-            await asyncio.shield(self._retention.release(file_id))
+        except BaseException as exc:
+            failure = storage_error(exc)
+            if failure is None or failure.full:
+                # Out of memory, the release (it drops the lines) is what frees room; an
+                # unreachable Redis would only make the answer wait another timeout (the
+                # lines expire by themselves and the sweeper frees the reservation).
+                await asyncio.shield(self._retention.release(file_id))
             raise
         return {"seq": int(seq), **row}
 

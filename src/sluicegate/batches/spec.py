@@ -81,6 +81,19 @@ class BatchesSpec(BaseModel):
         description="the SQLite database holding batch state; in distributed mode (a redis://"
         " store) unset: state lives in the shared store",
     )
+    store: str | None = Field(
+        None,
+        min_length=1,
+        description="distributed mode: a Redis (redis://, rediss://, unix://) of its own for"
+        " batch data, apart from the limits' store; unset: the shared store",
+    )
+    store_timeout_s: float = Field(
+        2.0,
+        gt=0.0,
+        le=60.0,
+        description="a Redis call of the batch lane slower than this fails: the API answers"
+        " 503 storage_unavailable",
+    )
     lane: str = Field(
         "best_effort",
         min_length=1,
@@ -144,6 +157,19 @@ class BatchesSpec(BaseModel):
     )
 
     _retention = field_validator("file_retention", "batch_retention")(_duration)
+
+    @field_validator("store")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        # The value is not echoed: a store URL may carry a password.
+        if value is None:
+            return value
+        if not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("the URL of a Redis or Valkey: redis://, rediss:// or unix://")
+        from sluicegate.store.resp import parse_redis_url
+
+        parse_redis_url(value)  # its errors name the part, never the URL
+        return value
 
     @field_validator("max_completion_window")
     @classmethod

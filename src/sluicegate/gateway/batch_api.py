@@ -12,7 +12,7 @@ past its ``expires_at`` is a 404 even before the sweeper deletes it.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -30,6 +30,7 @@ from sluicegate.batches.spec import BatchesSpec, window_seconds
 from sluicegate.gateway.batch_upload import bounded_lines, expires_at, quota_refusal, read_capped
 from sluicegate.gateway.errors import GatewayError
 from sluicegate.gateway.state import GatewayState
+from sluicegate.store.errors import StorageError, storage_error
 
 FORM_OVERHEAD_BYTES = 64 * 1024
 """What a multipart upload may carry besides the file (boundaries, the purpose field)."""
@@ -45,6 +46,31 @@ def _not_found(kind: str, object_id: str) -> GatewayError:
     # The id is echoed only when short and plain: it came from the client.
     shown = object_id if len(object_id) <= 64 and object_id.isascii() else "…"
     return GatewayError(404, "not_found", f"no such {kind}: {shown!r}")
+
+
+FULL_RETRY_S = 30.0
+"""``Retry-After`` of a 507 ``storage_full``: room comes back when files are deleted (or
+expire), not within a second."""
+UNAVAILABLE_RETRY_S = 1.0
+
+
+def storage_refusal(failure: StorageError) -> GatewayError:
+    """The answer to a request whose storage call met ``failure``: 507 ``storage_full`` or 503
+    ``storage_unavailable``, with ``Retry-After``. The message never carries the original
+    error's text (redis-py's may hold the request's lines)."""
+    if failure.full:
+        return GatewayError(
+            507,
+            "storage_full",
+            "batch storage is full; try again later",
+            retry_after_s=FULL_RETRY_S,
+        )
+    return GatewayError(
+        503,
+        "storage_unavailable",
+        "batch storage is unavailable; try again shortly",
+        retry_after_s=UNAVAILABLE_RETRY_S,
+    )
 
 
 class BatchApi:
@@ -69,6 +95,9 @@ class BatchApi:
             Route("/v1/batches/{batch_id}/cancel", self._guard(self.cancel), methods=["POST"]),
         ]
 
+    on_storage_error: Callable[[str, StorageError], None] | None = None
+    """Told of each request refused for a storage failure (the lane counts them)."""
+
     def _guard(self, endpoint: Any) -> Any:
         async def guarded(request: Request) -> Response:
             try:
@@ -77,6 +106,13 @@ class BatchApi:
                 return response
             except GatewayError as exc:
                 return exc.response()
+            except Exception as exc:
+                failure = storage_error(exc)
+                if failure is None:
+                    raise
+                if self.on_storage_error is not None:
+                    self.on_storage_error("api", failure)
+                return storage_refusal(failure).response()
 
         return guarded
 

@@ -35,7 +35,7 @@ log = logging.getLogger("sluicegate.batches")
 
 def open_backend(config: Config) -> BatchBackend:
     """Where ``config`` keeps batch state: its SQLite file, or (distributed mode, no
-    ``batches.path``) the shared store.
+    ``batches.path``) ``batches.store``, by default the shared store.
 
     The path decides, not the store: the workers of ``serve --workers`` run on a private
     store of the supervisor's and share the SQLite file (the config refuses a path beside a
@@ -46,8 +46,10 @@ def open_backend(config: Config) -> BatchBackend:
     retention = spec.file_retention_s
     if spec.path is not None:
         return SqliteBatches(spec.path, file_retention_s=retention)
+    url = config.store if spec.store is None else spec.store
+    prefix = config.distributed.key_prefix
     return RedisBatches(
-        config.store, prefix=config.distributed.key_prefix, file_retention_s=retention
+        url, prefix=prefix, file_retention_s=retention, timeout_s=spec.store_timeout_s
     )
 
 
@@ -69,6 +71,7 @@ class BatchLane:
         self.progress = BatchProgress(state.metrics.registry, export_gauges=export)
         self.runner = BatchRunner(state, spec, self.backend, inference, self.progress)
         self.sweeper = BatchSweeper(spec, self.backend)
+        self.api.on_storage_error = self.progress.storage_error
         self._task: asyncio.Task[None] | None = None
         self._sweeping: asyncio.Task[None] | None = None
 

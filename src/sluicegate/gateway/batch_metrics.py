@@ -14,6 +14,8 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from sluicegate.store.errors import StorageError
+
 LINE_STATES = ("queued", "running", "completed", "failed")
 BATCH_STATUSES = (
     "validating",
@@ -40,6 +42,15 @@ class BatchProgress(Collector):
             ["model", "outcome"],
             registry=registry,
         )
+        self._storage_errors = Counter(
+            "sluicegate_batch_storage_errors",
+            "Batch storage failures: API requests refused (source api: 507 storage_full, 503"
+            " storage_unavailable) and runner ticks that failed (source runner), by kind.",
+            ["source", "kind"],
+            registry=registry,
+        )
+        self.storage = "ok"
+        """What the runner's last tick met: ``ok``, ``full`` or ``unavailable``."""
         if export_gauges:
             registry.register(self)
 
@@ -47,6 +58,10 @@ class BatchProgress(Collector):
         """The counts the runner just read from the database."""
         self.lines = lines
         self.batches = batches
+
+    def storage_error(self, source: str, failure: StorageError) -> None:
+        """A call of ``source`` (``api`` or ``runner``) met ``failure``."""
+        self._storage_errors.labels(source, "full" if failure.full else "unavailable").inc()
 
     def ended(self, model: str, outcome: str) -> None:
         """One run of a line ended with ``outcome``."""
@@ -73,4 +88,8 @@ class BatchProgress(Collector):
         models: dict[str, dict[str, int]] = {}
         for (model, state), count in sorted(self.lines.items()):
             models.setdefault(model, dict.fromkeys(LINE_STATES, 0))[state] = count
-        return {"lines": models, "batches": {s: self.batches.get(s, 0) for s in BATCH_STATUSES}}
+        return {
+            "lines": models,
+            "batches": {s: self.batches.get(s, 0) for s in BATCH_STATUSES},
+            "storage": self.storage,
+        }

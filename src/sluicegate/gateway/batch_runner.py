@@ -44,6 +44,7 @@ from sluicegate.batches.spec import BatchesSpec
 from sluicegate.gateway.batch_dispatch import LineAnswer, LineCall
 from sluicegate.gateway.batch_metrics import BatchProgress
 from sluicegate.gateway.state import GatewayState
+from sluicegate.store.errors import StorageError, storage_error
 
 log = logging.getLogger("sluicegate.batches")
 RETRY_LATER_S = 1.0
@@ -90,6 +91,9 @@ class BatchRunner:
         self._next_chores = 0.0
         # Whom a request can belong to now: a batch of anyone else is stopped, not run.
         self._tenants = state.keys.tenants() if state.auth_required else {state.anonymous_tenant}
+        self.storage_failure: StorageError | None = None
+        """The storage failure the last tick met; None while ticks succeed."""
+        self._failing_since = 0.0
 
     def check_line(self, endpoint: str, lane: str, text: bytes) -> LineRequest | LineError:
         """Check one input line of a batch for ``endpoint`` running in ``lane``."""
@@ -105,18 +109,54 @@ class BatchRunner:
         return read_line(text, endpoint, problem, self.spec.max_line_bytes)
 
     async def run(self) -> None:
-        """Tick until cancelled; a failing tick (e.g. the disk) is logged and retried."""
+        """Tick until cancelled; a failing tick is retried every ``poll_interval_s``.
+
+        A storage failure (a full disk, Redis out of memory or unreachable) is logged once
+        when it starts, once if it changes (full ↔ unavailable) and once when a tick
+        succeeds again, with its reason only (never a traceback: redis-py's messages may
+        hold lines). Results of lines that ended meanwhile stay in memory and are
+        recorded once the storage takes them. Any other exception is a bug: logged each time.
+        """
         while True:
             try:
                 await self._tick()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("batch runner tick failed; retrying")
+            except Exception as exc:
+                failure = storage_error(exc)
+                if failure is None:
+                    log.exception("batch runner tick failed; retrying")
+                else:
+                    self._storage_failed(failure)
                 await asyncio.sleep(self.spec.poll_interval_s)
+            else:
+                self._storage_ok()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.spec.poll_interval_s)
             self._wake.clear()
+
+    def _storage_failed(self, failure: StorageError) -> None:
+        self.progress.storage_error("runner", failure)
+        if self.storage_failure is not None and self.storage_failure.full == failure.full:
+            return
+        if self.storage_failure is None:
+            self._failing_since = time.monotonic()
+        self.storage_failure = failure
+        self.progress.storage = "full" if failure.full else "unavailable"
+        log.warning(
+            "batch storage %s (%s): batches wait; the runner retries every %.1f s",
+            "full" if failure.full else "unavailable",
+            failure.reason,
+            self.spec.poll_interval_s,
+        )
+
+    def _storage_ok(self) -> None:
+        if self.storage_failure is None:
+            return
+        self.storage_failure = None
+        self.progress.storage = "ok"
+        failed_s = time.monotonic() - self._failing_since
+        log.warning("batch storage recovered after %.1f s: batches go on", failed_s)
 
     async def _tick(self) -> None:
         now = time.time()

@@ -53,6 +53,16 @@ future per round trip); only the ``BLPOP`` listener uses redis-py. On loopback
 about 35 µs of CPU per request (offer, grant, release), so one Redis core
 serves on the order of 25,000 requests/s.
 
+Memory pressure. Every script starts with ``#!lua flags=allow-oom`` (Redis ≥ 7.0, Valkey):
+a Redis at its ``maxmemory`` refuses writes that could grow it (``-OOM``), and without
+the flag it refuses a script's first such write, so batch data filling a shared Redis
+took the limits with it (every replica fell back). The limits' own keys are bounded by
+the configuration (waiting and running tickets, one bucket hash per tenant), not by
+what tenants store, so letting them write past ``maxmemory`` costs at most that; batch
+data stays refused (``batches/redis_backend.py`` runs plain scripts). A server that
+refuses the flag (Redis 6.2) gets the scripts without it, once, with a warning: there
+limits fall back while Redis is out of memory.
+
 Sizing. A waiting ticket takes about 340 bytes of Redis memory (fifo order,
 32-character replica id; about 410 with a 3-float order in a ``vtc`` lane of 100
 tenants: ``MEMORY USAGE`` over 10,000 waiting tickets); a running one about 110
@@ -64,6 +74,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import math
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
@@ -73,7 +84,7 @@ from typing import Any, TypeVar
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from sluicegate.store.errors import StoreUnavailableError
 from sluicegate.store.keys import check_replica_id, grants_key, model_base, rate_key
@@ -110,17 +121,30 @@ BLOCK_LATENESS_S = 0.1
 timeouts on its cron, every 1/hz s (hz 10 by default); ``next_grants`` waits this much longer."""
 _DRAIN_MAX = 1000
 """Most grants one ``LPOP`` takes from one list after the blocking pop."""
+SCRIPT_FLAGS = "#!lua flags=allow-oom\n"
+"""The first line of every script: it runs (and writes) while Redis is at ``maxmemory``."""
+_log = logging.getLogger("sluicegate.store")
 
 
 def _script_text(name: str, *, prelude: str) -> str:
     """A script's text after its prelude: ``common.lua`` (a model's keys) or ``bucket.lua``."""
     folder = resources.files("sluicegate.store").joinpath("scripts")
     head = folder.joinpath(f"{prelude}.lua").read_text(encoding="utf-8")
-    return head + folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    return SCRIPT_FLAGS + head + folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
 
 
 def _script(text: str) -> _Script:
     return _Script(text, hashlib.sha1(text.encode()).hexdigest())
+
+
+def _refused_flags(script: _Script, reply: object) -> bool:
+    """Whether ``reply`` to loading ``script`` is a server's refusal of its flags line."""
+    return (
+        isinstance(reply, ResponseError)
+        and not isinstance(reply, NoScriptError)
+        and script.text.startswith(SCRIPT_FLAGS)
+        and ("shebang" in str(reply).lower() or "'#'" in str(reply) or "near '#'" in str(reply))
+    )
 
 
 def _rate_args(rate: float | None, burst: float) -> list[str | int | float]:
@@ -191,6 +215,18 @@ class RedisStore:
         their own timeout."""
         loads: list[list[Arg]] = [["SCRIPT", "LOAD", script.text] for script in scripts]
         replies = await self._main().execute(loads, deadline)
+        flagged = [s for s, r in zip(scripts, replies, strict=True) if _refused_flags(s, r)]
+        if flagged:
+            # A server without script flags (Redis < 7) reads the first line as Lua.
+            _log.warning(
+                "the shared store does not take script flags (Redis < 7.0?): while it is at "
+                "its maxmemory, the limit scripts are refused and replicas fall back"
+            )
+            for script in self._scripts.values():
+                script.text = script.text.removeprefix(SCRIPT_FLAGS)
+                script.sha = hashlib.sha1(script.text.encode()).hexdigest()
+            await self._load_scripts(flagged, deadline)
+            return
         for script, sha in zip(scripts, replies, strict=True):
             if isinstance(sha, Exception):
                 raise sha
