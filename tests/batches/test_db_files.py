@@ -44,7 +44,7 @@ def test_a_new_database_and_its_log_files_are_0600(tmp_path: Path) -> None:
     try:
         with database.write() as conn:
             conn.execute(
-                "INSERT INTO files VALUES (NULL, 'file-x', 'a', 'batch', 'x.jsonl', 1, 1, 0)"
+                "INSERT INTO files (id, tenant, purpose, filename, bytes, lines, created_at) VALUES ('file-x', 'a', 'batch', 'x.jsonl', 1, 1, 0)"
             )
         assert modes(db) == {"db": 0o600, "-wal": 0o600, "-shm": 0o600}
     finally:
@@ -58,7 +58,9 @@ def test_an_older_world_readable_database_is_made_private(tmp_path: Path) -> Non
     db = tmp_path / "old.db"
     first = Database(db)
     with first.write() as conn:
-        conn.execute("INSERT INTO files VALUES (NULL, 'file-y', 'a', 'batch', 'y.jsonl', 1, 1, 0)")
+        conn.execute(
+            "INSERT INTO files (id, tenant, purpose, filename, bytes, lines, created_at) VALUES ('file-y', 'a', 'batch', 'y.jsonl', 1, 1, 0)"
+        )
     for suffix in SIDES:
         os.chmod(db.with_name(db.name + suffix), 0o644)
     try:

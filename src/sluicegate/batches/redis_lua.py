@@ -95,15 +95,17 @@ if due ~= '' then
 end
 if owner ~= tenant then return 0 end
 local size = tonumber(redis.call('HGET', fk, 'bytes') or '0')
--- a file stored before quotas existed was never counted: the counter stops at 0
-if redis.call('HINCRBY', B .. 'usage:' .. tenant, 'bytes', -size) < 0 then
-  redis.call('HSET', B .. 'usage:' .. tenant, 'bytes', 0)
-end
+-- Deletes first: at maxmemory Redis refuses a script's first write that may grow memory
+-- (HINCRBY), but not later ones, so a full store can still delete files to make room.
 redis.call('DEL', fk)
 redis.call('UNLINK', B .. 'fl:' .. id)
 redis.call('ZREM', B .. 'files:' .. tenant, id)
 redis.call('ZREM', B .. 'fexp', id)
 redis.call('ZREM', B .. 'fexp:' .. tenant, id)
+-- a file stored before quotas existed was never counted: the counter stops at 0
+if redis.call('HINCRBY', B .. 'usage:' .. tenant, 'bytes', -size) < 0 then
+  redis.call('HSET', B .. 'usage:' .. tenant, 'bytes', 0)
+end
 return 1
 """
 
