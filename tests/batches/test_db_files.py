@@ -36,6 +36,12 @@ def modes(db: Path) -> dict[str, int]:
     return found
 
 
+INSERT_FILE = (
+    "INSERT INTO files (id, tenant, purpose, filename, bytes, lines, created_at)"
+    " VALUES (?, 'a', 'batch', ?, 1, 1, 0)"
+)
+
+
 @pytest.mark.usefixtures("open_umask")
 def test_a_new_database_and_its_log_files_are_0600(tmp_path: Path) -> None:
     """A new database written through: the file, its -wal and -shm all exist, all 0600."""
@@ -43,9 +49,7 @@ def test_a_new_database_and_its_log_files_are_0600(tmp_path: Path) -> None:
     database = Database(db)
     try:
         with database.write() as conn:
-            conn.execute(
-                "INSERT INTO files (id, tenant, purpose, filename, bytes, lines, created_at) VALUES ('file-x', 'a', 'batch', 'x.jsonl', 1, 1, 0)"
-            )
+            conn.execute(INSERT_FILE, ("file-x", "x.jsonl"))
         assert modes(db) == {"db": 0o600, "-wal": 0o600, "-shm": 0o600}
     finally:
         database.close()
@@ -58,9 +62,7 @@ def test_an_older_world_readable_database_is_made_private(tmp_path: Path) -> Non
     db = tmp_path / "old.db"
     first = Database(db)
     with first.write() as conn:
-        conn.execute(
-            "INSERT INTO files (id, tenant, purpose, filename, bytes, lines, created_at) VALUES ('file-y', 'a', 'batch', 'y.jsonl', 1, 1, 0)"
-        )
+        conn.execute(INSERT_FILE, ("file-y", "y.jsonl"))
     for suffix in SIDES:
         os.chmod(db.with_name(db.name + suffix), 0o644)
     try:
