@@ -7,6 +7,7 @@ touch any of them):
 - ``f:<id>`` a file's fields (a hash), ``fl:<id>`` its lines (a list),
   ``files:<tenant>`` the tenant's files by creation (a sorted set); ``seq`` the
   counter that orders files and batches; quotas and expiry: ``redis_retention``;
+  reading them back and listing them: ``redis_records``;
 - ``b:<id>`` a batch's fields, ``batches:<tenant>`` the tenant's batches,
   ``st:<status>`` the batches in each unfinished status, ``nstatus`` batches per
   status, ``expiry`` running batches by ``expires_at``, ``full`` running batches
@@ -34,7 +35,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Any, cast
+from typing import Any
 
 import orjson
 import redis.asyncio as aioredis
@@ -58,62 +59,17 @@ from sluicegate.batches.backend import (
     Swept,
     take_chunk,
 )
-from sluicegate.batches.objects import STATUS_TIMES, new_id
+from sluicegate.batches.objects import new_id
 from sluicegate.batches.redis_admin import RedisAdmin
 from sluicegate.batches.redis_lifecycle import RedisLifecycle, as_bytes, as_str
+from sluicegate.batches.redis_records import BATCH_COLUMNS, batch_record, file_record, listing
 from sluicegate.batches.redis_retention import RedisRetention, refusal
 from sluicegate.store.errors import storage_error
 
 log = logging.getLogger("sluicegate.batches")
 
-CHUNK = 1000
-"""Lines read per round trip."""
-
-FILE_COLUMNS = (
-    "seq",
-    "id",
-    "tenant",
-    "purpose",
-    "filename",
-    "bytes",
-    "lines",
-    "created_at",
-    "expires_at",
-)
-_FILE_INTS = frozenset({"seq", "bytes", "lines", "created_at", "expires_at"})
-BATCH_COLUMNS = (
-    "seq",
-    "id",
-    "tenant",
-    "endpoint",
-    "input_file_id",
-    "completion_window",
-    "lane",
-    "status",
-    "metadata",
-    "errors",
-    "total",
-    "output_file_id",
-    "error_file_id",
-    "created_at",
-    "expires_at",
-    *STATUS_TIMES,
-)
-_BATCH_INTS = frozenset({"seq", "total", "created_at", "expires_at", *STATUS_TIMES})
 _UNFINISHED = ("in_progress", "finalizing", "cancelling")
 _STATES = {"q": "queued", "r": "running", "c": "completed", "f": "failed"}
-
-
-def _record(raw: dict[Any, Any], columns: tuple[str, ...], ints: frozenset[str]) -> Record:
-    fields = {as_str(key): value for key, value in raw.items()}
-    row: Record = {}
-    for name in columns:
-        value = fields.get(name)
-        if value is None:
-            row[name] = 0 if name == "total" else None
-        else:
-            row[name] = int(value) if name in ints else as_str(value)
-    return row
 
 
 class RedisBatches:
@@ -242,16 +198,18 @@ class RedisBatches:
     async def get_file(self, tenant: str, file_id: str) -> Record | None:
         """See ``BatchBackend``."""
         raw = await self._redis.hgetall(self._key("f:", file_id))
-        row = _record(raw, FILE_COLUMNS, _FILE_INTS) if raw else None
+        row = file_record(raw) if raw else None
         return row if row is not None and row["tenant"] == tenant else None
 
     async def list_files(
         self, tenant: str, purpose: str | None, after: str | None, limit: int
     ) -> tuple[list[Record], bool]:
         """See ``BatchBackend``."""
-        return await self._listing(
-            "files:", "f:", tenant, after, limit, lambda row: purpose in (None, row["purpose"])
-        )
+
+        def keep(row: Record) -> bool:
+            return purpose in (None, row["purpose"])
+
+        return await listing(self._redis, self.base, "files:", tenant, after, limit, keep)
 
     async def file_page(self, file_id: str, start: int) -> list[bytes]:
         """See ``BatchBackend``."""
@@ -305,48 +263,14 @@ class RedisBatches:
     async def get_batch(self, tenant: str, batch_id: str) -> Record | None:
         """See ``BatchBackend``."""
         raw = await self._redis.hgetall(self._key("b:", batch_id))
-        row = _record(raw, BATCH_COLUMNS, _BATCH_INTS) if raw else None
+        row = batch_record(raw) if raw else None
         return row if row is not None and row["tenant"] == tenant else None
 
     async def list_batches(
         self, tenant: str, after: str | None, limit: int
     ) -> tuple[list[Record], bool]:
         """See ``BatchBackend``."""
-        return await self._listing("batches:", "b:", tenant, after, limit, lambda row: True)
-
-    async def _listing(
-        self,
-        index: str,
-        kind: str,
-        tenant: str,
-        after: str | None,
-        limit: int,
-        keep: Any,
-    ) -> tuple[list[Record], bool]:
-        """Rows of the tenant's ``index`` newest first, after ``after``, that ``keep``."""
-        columns, ints = (FILE_COLUMNS, _FILE_INTS) if kind == "f:" else (BATCH_COLUMNS, _BATCH_INTS)
-        top = "+inf"
-        if after is not None:
-            seq = await self._redis.zscore(self._key(index, tenant), after)
-            if seq is None:
-                return [], False
-            top = f"({int(seq)}"
-        found: list[Record] = []
-        while len(found) <= limit:
-            ids = await self._redis.zrevrangebyscore(
-                self._key(index, tenant), top, "-inf", start=0, num=CHUNK, withscores=True
-            )
-            if not ids:
-                break
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for item_id, _ in cast(list[tuple[bytes, float]], ids):
-                    pipe.hgetall(self._key(kind, as_str(item_id)))
-                raws = await pipe.execute()
-            for raw in raws:
-                if raw and keep(row := _record(raw, columns, ints)):
-                    found.append(row)
-            top = f"({int(ids[-1][1])}"
-        return found[:limit], len(found) > limit
+        return await listing(self._redis, self.base, "batches:", tenant, after, limit)
 
     async def cancel_batch(self, tenant: str, batch_id: str, now: int) -> Record | None:
         """See ``BatchBackend``."""
@@ -450,9 +374,7 @@ class RedisBatches:
     ) -> tuple[list[Record], bool]:
         """See ``BatchBackend`` (``redis_admin``)."""
         assert self._admin is not None
-        return await self._admin.listing(
-            tenant, after, limit, lambda raw: _record(raw, BATCH_COLUMNS, _BATCH_INTS)
-        )
+        return await self._admin.listing(tenant, after, limit, batch_record)
 
     async def active_batches(self) -> list[tuple[str, str]]:
         """See ``BatchBackend`` (``redis_admin``)."""

@@ -53,15 +53,7 @@ future per round trip); only the ``BLPOP`` listener uses redis-py. On loopback
 about 35 µs of CPU per request (offer, grant, release), so one Redis core
 serves on the order of 25,000 requests/s.
 
-Memory pressure. Every script starts with ``#!lua flags=allow-oom`` (Redis ≥ 7.0, Valkey):
-a Redis at its ``maxmemory`` refuses writes that could grow it (``-OOM``), and without
-the flag it refuses a script's first such write, so batch data filling a shared Redis
-took the limits with it (every replica fell back). The limits' own keys are bounded by
-the configuration (waiting and running tickets, one bucket hash per tenant), not by
-what tenants store, so letting them write past ``maxmemory`` costs at most that; batch
-data stays refused (``batches/redis_backend.py`` runs plain scripts). A server that
-refuses the flag (Redis 6.2) gets the scripts without it, once, with a warning: there
-limits fall back while Redis is out of memory.
+Memory pressure: the scripts run while Redis is at its ``maxmemory``; see ``store/lua.py``.
 
 Sizing. A waiting ticket takes about 340 bytes of Redis memory (fifo order,
 32-character replica id; about 410 with a 3-float order in a ``vtc`` lane of 100
@@ -73,23 +65,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import logging
 import math
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass
-from importlib import resources
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import RedisError
 
 from sluicegate.store.errors import StoreUnavailableError
 from sluicegate.store.keys import check_replica_id, grants_key, model_base, rate_key
-from sluicegate.store.order import encode_order
-from sluicegate.store.resp import Arg, RespClient
+from sluicegate.store.lua import Call, LimitScripts, sync_args
+from sluicegate.store.resp import RespClient
 from sluicegate.store.types import (
     Drop,
     GlobalCounts,
@@ -106,45 +94,12 @@ __all__ = ["RedisStore"]
 _T = TypeVar("_T")
 
 
-@dataclass(slots=True)
-class _Script:
-    """A Lua script and its SHA1 (what ``EVALSHA`` names it by)."""
-
-    text: str
-    sha: str
-
-
-_Call = tuple[_Script, list[str], list[str | int | float]]
 _STORE_ERRORS = (RedisError, OSError, EOFError, TimeoutError)
 BLOCK_LATENESS_S = 0.1
 """How late Redis may end a ``BLPOP`` past its timeout: it checks blocked clients'
 timeouts on its cron, every 1/hz s (hz 10 by default); ``next_grants`` waits this much longer."""
 _DRAIN_MAX = 1000
 """Most grants one ``LPOP`` takes from one list after the blocking pop."""
-SCRIPT_FLAGS = "#!lua flags=allow-oom\n"
-"""The first line of every script: it runs (and writes) while Redis is at ``maxmemory``."""
-_log = logging.getLogger("sluicegate.store")
-
-
-def _script_text(name: str, *, prelude: str) -> str:
-    """A script's text after its prelude: ``common.lua`` (a model's keys) or ``bucket.lua``."""
-    folder = resources.files("sluicegate.store").joinpath("scripts")
-    head = folder.joinpath(f"{prelude}.lua").read_text(encoding="utf-8")
-    return SCRIPT_FLAGS + head + folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
-
-
-def _script(text: str) -> _Script:
-    return _Script(text, hashlib.sha1(text.encode()).hexdigest())
-
-
-def _refused_flags(script: _Script, reply: object) -> bool:
-    """Whether ``reply`` to loading ``script`` is a server's refusal of its flags line."""
-    return (
-        isinstance(reply, ResponseError)
-        and not isinstance(reply, NoScriptError)
-        and script.text.startswith(SCRIPT_FLAGS)
-        and ("shebang" in str(reply).lower() or "'#'" in str(reply) or "near '#'" in str(reply))
-    )
 
 
 def _rate_args(rate: float | None, burst: float) -> list[str | int | float]:
@@ -179,7 +134,7 @@ class RedisStore:
         self._main_url = url
         self._client: RespClient | None = None
         self._listener: Redis | None = None
-        self._scripts: dict[str, _Script] = {}
+        self._scripts = LimitScripts()
 
     @property
     def replica(self) -> str:
@@ -202,35 +157,9 @@ class RedisStore:
             self._client = RespClient(self._main_url, connect_timeout_s=self._timeout_s)
             # The listener's reads are bounded per call (by next_grants's block_s), not per socket.
             self._listener = self._connect_client(None)
-            for name in ("sync", "heartbeat", "resync", "counts", "live"):
-                self._scripts[name] = _script(_script_text(name, prelude="common"))
-            for name in ("take", "refund"):
-                self._scripts[name] = _script(_script_text(name, prelude="bucket"))
+            self._scripts.reset()
         await self.ping()
-        await self._guarded(self._load_scripts(list(self._scripts.values()), self._deadline()))
-
-    async def _load_scripts(self, scripts: Sequence[_Script], deadline: float) -> None:
-        """Load ``scripts`` in one round trip. ``connect`` loads them all, so that the first
-        calls on a store that restarted empty do not pay ``NOSCRIPT`` and a load inside
-        their own timeout."""
-        loads: list[list[Arg]] = [["SCRIPT", "LOAD", script.text] for script in scripts]
-        replies = await self._main().execute(loads, deadline)
-        flagged = [s for s, r in zip(scripts, replies, strict=True) if _refused_flags(s, r)]
-        if flagged:
-            # A server without script flags (Redis < 7) reads the first line as Lua.
-            _log.warning(
-                "the shared store does not take script flags (Redis < 7.0?): while it is at "
-                "its maxmemory, the limit scripts are refused and replicas fall back"
-            )
-            for script in self._scripts.values():
-                script.text = script.text.removeprefix(SCRIPT_FLAGS)
-                script.sha = hashlib.sha1(script.text.encode()).hexdigest()
-            await self._load_scripts(flagged, deadline)
-            return
-        for script, sha in zip(scripts, replies, strict=True):
-            if isinstance(sha, Exception):
-                raise sha
-            script.sha = sha
+        await self._guarded(self._scripts.load(self._main, self._deadline()))
 
     async def close(self) -> None:
         """Close both clients (idempotent, never raises: a store that stopped answering
@@ -278,61 +207,16 @@ class RedisStore:
         if isinstance(reply, Exception):
             raise StoreUnavailableError(f"redis store: {type(reply).__name__}: {reply}")
 
-    async def _pipeline(self, calls: Sequence[_Call], deadline: float) -> list[Any]:
-        commands: list[list[Arg]] = [
-            ["EVALSHA", script.sha, len(keys), *keys, *args] for script, keys, args in calls
-        ]
-        return await self._main().execute(commands, deadline)
-
-    async def _run(self, calls: Sequence[_Call]) -> list[Any]:
+    async def _run(self, calls: Sequence[Call]) -> list[Any]:
         """Run script calls in one pipeline; reload the scripts a restarted Redis lost.
         The whole of it (reload and retry included) within ``timeout_s``."""
-        return await self._guarded(self._run_within(calls, self._deadline()))
+        return await self._guarded(self._scripts.run(self._main, calls, self._deadline()))
 
-    async def _run_within(self, calls: Sequence[_Call], deadline: float) -> list[Any]:
-        replies = await self._pipeline(calls, deadline)
-        missing = [index for index, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-        if missing:
-            lost = {id(calls[index][0]): calls[index][0] for index in missing}
-            await self._load_scripts(list(lost.values()), deadline)
-            retried = await self._pipeline([calls[index] for index in missing], deadline)
-            for index, reply in zip(missing, retried, strict=True):
-                replies[index] = reply
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-        return replies
-
-    def _sync_call(self, limits: ModelLimits, ops: Sequence[Offer | Drop | Refund]) -> _Call:
-        fair = {lane.name: lane.fair for lane in limits.lanes}
-        args: list[str | int | float] = [
-            self._replica,
-            self._ttl_ms,
-            limits.cap,
-            -1 if limits.token_budget is None else limits.token_budget,
-            len(limits.lanes),
-        ]
-        for lane in limits.lanes:
-            args += [lane.name, lane.cap, int(lane.borrow), int(lane.fair)]
-        model_ops = [op for op in ops if not isinstance(op, Refund)]
-        args.append(len(model_ops))
-        for op in model_ops:
-            if isinstance(op, Offer):
-                if op.lane not in fair:
-                    raise ValueError(f"offer {op.ticket!r}: lane {op.lane!r} is not in the limits")
-                if not (0.0 < op.weight < math.inf and math.isfinite(op.vtc_charge)):
-                    raise ValueError(f"offer {op.ticket!r}: weight or charge out of range")
-                if op.cost_tokens < 0:
-                    raise ValueError(f"offer {op.ticket!r}: negative cost")
-                args += ["O", op.ticket, op.lane, op.tenant, float(op.weight), int(op.cost_tokens)]
-                args += [float(op.vtc_charge), encode_order(op.order)]
-            else:
-                if not math.isfinite(op.vtc_correction):
-                    raise ValueError(f"drop {op.ticket!r}: the correction must be finite")
-                args += ["D", op.ticket, float(op.vtc_correction)]
+    def _sync_call(self, limits: ModelLimits, ops: Sequence[Offer | Drop | Refund]) -> Call:
+        args = sync_args(self._replica, self._ttl_ms, limits, ops)
         return self._scripts["sync"], [model_base(self._prefix, limits.model)], args
 
-    def _refund_call(self, refund: Refund) -> _Call | None:
+    def _refund_call(self, refund: Refund) -> Call | None:
         rates = refund.rates
         if rates.tokens_per_s is None or refund.tokens <= 0:
             return None
@@ -400,7 +284,7 @@ class RedisStore:
 
     def _per_model(
         self, script: str, models: Sequence[str], args: list[str | int | float]
-    ) -> list[_Call]:
+    ) -> list[Call]:
         return [(self._scripts[script], [model_base(self._prefix, m)], args) for m in models]
 
     async def heartbeat(self, models: Sequence[str]) -> int:
@@ -483,7 +367,7 @@ class RedisStore:
         args: list[str | int | float] = [len(limits.lanes)]
         for lane in limits.lanes:
             args += [lane.name, int(lane.fair)]
-        call: _Call = (self._scripts["counts"], [model_base(self._prefix, limits.model)], args)
+        call: Call = (self._scripts["counts"], [model_base(self._prefix, limits.model)], args)
         (reply,) = await self._run([call])
         lanes_running = dict.fromkeys((lane.name for lane in limits.lanes), 0)
         lanes_waiting = dict(lanes_running)
