@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import io
 import random
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,7 +36,8 @@ from tests.batches.batch_harness import (
     upload,
     wait_batch,
 )
-from tests.gateway.gateway_harness import Reply, Stack, http_call, openai_error, stack
+from tests.batches.raw_http import send_until_answered
+from tests.gateway.gateway_harness import Stack, http_call, openai_error, stack
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 SETTINGS = f"  max_file_bytes: {MAX_FILE_BYTES}\n"
@@ -82,53 +81,6 @@ def _multipart_preamble() -> bytes:
     ).encode()
 
 
-def _raw_upload(port: int, head: bytes, chunks: Iterator[bytes]) -> tuple[Reply, int]:
-    """Send ``head`` then ``chunks`` until the server answers or stops reading; the answer
-    and how many body bytes were sent. A reader thread collects the answer meanwhile."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-    received = bytearray()
-    answered = threading.Event()
-
-    def read() -> None:
-        try:
-            while data := sock.recv(65536):
-                received.extend(data)
-                if b"\r\n\r\n" in received:
-                    answered.set()
-        except OSError:
-            pass
-        answered.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    sent = 0
-    try:
-        sock.sendall(head)
-        reader.start()
-        sock.settimeout(5)
-        for chunk in chunks:
-            if answered.is_set():
-                break
-            try:
-                sock.sendall(chunk)
-            except OSError:
-                break
-            sent += len(chunk)
-        assert answered.wait(30), "no answer"
-        time.sleep(0.2)
-        sock.shutdown(socket.SHUT_WR)
-        reader.join(10)
-    finally:
-        sock.close()
-    head_bytes, _, body = bytes(received).partition(b"\r\n\r\n")
-    lines = head_bytes.decode("latin-1").split("\r\n")
-    status = int(lines[0].split(" ")[1])
-    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    if headers.get("transfer-encoding") == "chunked":
-        size, _, rest = body.partition(b"\r\n")
-        body = rest[: int(size, 16)]
-    return Reply(status, headers, body), sent
-
-
 def test_a_declared_oversized_upload_is_refused_before_its_body(
     live: Stack, sdk: openai.OpenAI
 ) -> None:
@@ -136,7 +88,7 @@ def test_a_declared_oversized_upload_is_refused_before_its_body(
     the client is still sending, long before the 256 MiB it would send; nothing stored."""
     before = _file_ids(sdk)
     declared = 1024**3
-    reply, sent = _raw_upload(
+    reply, sent = send_until_answered(
         live.gateway_port,
         _multipart_head(declared),
         iter([_multipart_preamble()] + [b"x" * 65536] * 4096),
@@ -160,7 +112,7 @@ def test_a_chunked_oversized_upload_is_cut_off(live: Stack, sdk: openai.OpenAI) 
         for _ in range(4096):
             yield framed
 
-    reply, sent = _raw_upload(live.gateway_port, _multipart_head(None), chunks())
+    reply, sent = send_until_answered(live.gateway_port, _multipart_head(None), chunks())
     assert reply.status == 413
     assert openai_error(reply)["code"] == "file_too_large"
     assert sent < 32 * 1024 * 1024  # of 256 MiB; the cap plus loopback buffers

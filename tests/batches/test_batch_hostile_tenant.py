@@ -12,7 +12,6 @@ gateway still serves afterwards.
 from __future__ import annotations
 
 import io
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ import orjson
 import pytest
 
 from tests.batches.process_stack import BatchStack, StackSpec, chat_lines, running_stack, upload
+from tests.batches.raw_http import send_until_answered
 
 MiB = 1024 * 1024
 MAX_LINE_BYTES = MiB
@@ -72,46 +72,9 @@ def _send(
     port: int, head: str, chunks: Iterator[bytes], *, wait_s: float = 60.0
 ) -> tuple[int, bytes, int]:
     """Send ``head`` then ``chunks`` until the gateway answers (or stops reading); its
-    status, body and the body bytes sent. A thread reads the answer meanwhile."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-    received = bytearray()
-    answered = threading.Event()
-
-    def read() -> None:
-        try:
-            while data := sock.recv(65536):
-                received.extend(data)
-                if b"\r\n\r\n" in received:
-                    answered.set()
-        except OSError:
-            pass
-        answered.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    sent = 0
-    try:
-        sock.sendall(head.encode())
-        reader.start()
-        sock.settimeout(5)
-        for chunk in chunks:
-            if answered.is_set():
-                break
-            try:
-                sock.sendall(chunk)
-            except OSError:
-                break
-            sent += len(chunk)
-        assert answered.wait(wait_s), "no answer"
-        time.sleep(0.2)
-        with_body = bytes(received)
-    finally:
-        sock.close()
-    head_bytes, _, body = with_body.partition(b"\r\n\r\n")
-    status = int(head_bytes.split(b" ", 2)[1])
-    if b"transfer-encoding: chunked" in head_bytes.lower():
-        size, _, rest = body.partition(b"\r\n")
-        body = rest[: int(size, 16)]
-    return status, body, sent
+    status, body and the body bytes sent."""
+    reply, sent = send_until_answered(port, head.encode(), chunks, wait_s=wait_s)
+    return reply.status, reply.body, sent
 
 
 def _head(method: str, path: str, length: int | None, media: str = "application/json") -> str:
