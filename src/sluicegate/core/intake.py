@@ -1,9 +1,9 @@
 """A ticket's bookkeeping on the way in and what its end teaches.
 
 ``refuse_early`` refuses a ticket before anything is set up for it (draining,
-store closed, no healthy backend, rate limit); ``refuse_bounced`` ends one whose
-backend refused its connection, if it may not wait again; ``new_entry`` derives what the
-scheduler keeps about a new ticket; ``offer`` is
+store closed, no healthy backend, rate limit), charging nothing; ``refuse_bounced``
+ends one whose backend refused its connection, if it may not wait again; ``new_entry``
+derives what the scheduler keeps about a new ticket; ``offer`` is
 what distributed mode sends the store about a queued one; ``learn`` feeds a
 finished request to the model's predictor and adaptive limit.
 """
@@ -115,7 +115,9 @@ def refuse_early(
     """Why ``ticket`` is refused before it is queued, or ``None``: the gateway drains, the
     shared store is down and the gateway fails closed, no backend is healthy (unless the
     model waits for backends, e.g. scaling from zero: then it queues), or its
-    tenant's rate limit (``rate``; ``None`` when the store charged it) is exhausted."""
+    tenant's rate limit (``rate``; ``None`` when the store charged it) is exhausted.
+
+    A check only: it charges nothing (``Scheduler.submit`` charges the rate limit)."""
     if draining:
         return reject(ticket, 503, ErrorCode.DRAINING, 5.0, "gateway is draining")
     if closed:
@@ -126,10 +128,28 @@ def refuse_early(
         return reject(ticket, 503, ErrorCode.NO_HEALTHY_BACKEND, wait, "no healthy backend")
     if rate is None:
         return None
-    wait = rate.try_acquire(ticket.tenant, ticket.prompt_tokens + ticket.max_tokens, now)
+    wait = rate.wait_time(ticket.tenant, ticket.prompt_tokens + ticket.max_tokens, now)
     if wait > 0.0:
         message = "tenant rate limit exceeded"
         return reject(ticket, 429, ErrorCode.RATE_LIMIT_EXCEEDED, wait, message)
+    return None
+
+
+def refuse_lane(
+    model: ModelRuntime, lane: LaneRuntime, ticket: Ticket, pressure_retry_s: float
+) -> Reject | None:
+    """Why ``ticket``, past ``refuse_early``, may not join ``lane``'s queue, or ``None``:
+    cluster pressure closed the lane (503 ``overloaded``, retry after ``pressure_retry_s``)
+    or its queue is full (429 ``queue_full``) and the lane has no room to admit at once."""
+    if lane.ceiling == 0:
+        message = f"cluster under pressure: lane {lane.spec.name!r} admits nothing for now"
+        return reject(ticket, 503, ErrorCode.OVERLOADED, pressure_retry_s, message)
+    queue = lane.queue
+    if len(queue) >= lane.spec.max_queue and not (len(queue) == 0 and model.lane_has_room(lane)):
+        # Not the ticket's own start estimate: a full queue refills as fast as it
+        # drains under overload, so a retry helps only once the whole lane drained.
+        drain = model.drain_estimate_s(lane)
+        return reject(ticket, 429, ErrorCode.QUEUE_FULL, drain, "queue is full")
     return None
 
 

@@ -152,16 +152,12 @@ class TenantRateLimiter:
         """Whether ``tenant`` has any rate limit."""
         return tenant in self._buckets
 
-    def try_acquire(self, tenant: str, tokens: int, now: float) -> float:
-        """Admit one request of ``tokens`` tokens for ``tenant`` if its buckets allow.
+    def wait_time(self, tenant: str, tokens: int, now: float) -> float:
+        """Seconds until ``tenant``'s buckets would admit one request of ``tokens`` tokens:
+        0.0 if they would now, else the longest wait among those that would refuse.
 
-        Returns:
-            0.0 if admitted (charged 1 request and ``tokens`` tokens); otherwise
-            the retry-after seconds, the longest wait among the buckets that
-            refused, and nothing is charged.
-
-        Raises:
-            ValueError: If ``tokens`` is negative.
+        Charges nothing (a check: ``charge`` takes it). Raises ``ValueError`` if ``tokens``
+        is negative.
         """
         entry = self._buckets.get(tenant)
         if entry is None:
@@ -174,13 +170,35 @@ class TenantRateLimiter:
             token_wait = token_bucket.wait_time(tokens, now)
             if token_wait > wait:
                 wait = token_wait
-        if wait > 0.0:
-            return wait
+        return wait
+
+    def charge(self, tenant: str, tokens: int, now: float) -> None:
+        """Charge ``tenant`` one request and ``tokens`` tokens, unconditionally (after
+        ``wait_time`` said they fit); a bucket too low goes into debt."""
+        entry = self._buckets.get(tenant)
+        if entry is None:
+            return
+        requests, token_bucket = entry
         if requests is not None:
             requests.charge(1.0, now)
         if token_bucket is not None:
             token_bucket.charge(tokens, now)
-        return 0.0
+
+    def try_acquire(self, tenant: str, tokens: int, now: float) -> float:
+        """Admit one request of ``tokens`` tokens for ``tenant`` if its buckets allow.
+
+        Returns:
+            0.0 if admitted (charged 1 request and ``tokens`` tokens); otherwise
+            the retry-after seconds, the longest wait among the buckets that
+            refused, and nothing is charged.
+
+        Raises:
+            ValueError: If ``tokens`` is negative.
+        """
+        wait = self.wait_time(tenant, tokens, now)
+        if wait == 0.0:
+            self.charge(tenant, tokens, now)
+        return wait
 
     def refund(self, tenant: str, tokens: int, now: float) -> None:
         """Give back ``tokens`` charged but not used (capped at the burst).

@@ -37,7 +37,15 @@ from sluicegate.core.decisions import Admit, Decision, ErrorCode, Expire, Queued
 from sluicegate.core.entry import Entry, State
 from sluicegate.core.errors import UnknownModelError
 from sluicegate.core.estimate import start_estimate
-from sluicegate.core.intake import learn, new_entry, offer, refuse_bounced, refuse_early, reject
+from sluicegate.core.intake import (
+    learn,
+    new_entry,
+    offer,
+    refuse_bounced,
+    refuse_early,
+    refuse_lane,
+    reject,
+)
 from sluicegate.core.preemption import preempt_for_blocked
 from sluicegate.core.pressure import lane_ceilings
 from sluicegate.core.ratelimit import TenantRateLimiter
@@ -103,27 +111,19 @@ class Scheduler:
         self._seq += 1
         entry = new_entry(model, lane, ticket, now, seq=self._seq, shared=self._shared)
         queue = lane.queue
-        if lane.ceiling == 0:
-            self._rate.refund(ticket.tenant, entry.charged_tokens, now)
-            message = f"cluster under pressure: lane {lane.spec.name!r} admits nothing for now"
-            return [reject(ticket, 503, ErrorCode.OVERLOADED, self._pressure_retry_s, message)]
-        if len(queue) >= lane.spec.max_queue and not (
-            len(queue) == 0 and model.lane_has_room(lane)
-        ):
-            self._rate.refund(ticket.tenant, entry.charged_tokens, now)
-            # Not the ticket's own start estimate: a full queue refills as fast as it
-            # drains under overload, so a retry helps only once the whole lane drained.
-            drain = model.drain_estimate_s(lane)
-            return [reject(ticket, 429, ErrorCode.QUEUE_FULL, drain, "queue is full")]
+        refusal = refuse_lane(model, lane, ticket, self._pressure_retry_s)
         # The start estimate, in lanes that keep it: what sheds, and what ``Queued`` reports
         # (a dispatch only moves work ahead of the ticket from queued to running).
         wait: float | None = None
-        if lane.spec.shed_hopeless:
+        if refusal is None and lane.spec.shed_hopeless:
             wait = start_estimate(model, lane, entry, now)
             if now + wait + entry.service_s > entry.deadline:
-                self._rate.refund(ticket.tenant, entry.charged_tokens, now)
-                message = "deadline cannot be met"
-                return [reject(ticket, 503, ErrorCode.OVERLOADED, wait, message)]
+                refusal = reject(ticket, 503, ErrorCode.OVERLOADED, wait, "deadline cannot be met")
+        if rate is not None:
+            # Charged once, here: the request even if refused above, its tokens if it queues.
+            rate.charge(ticket.tenant, 0 if refusal is not None else entry.charged_tokens, now)
+        if refusal is not None:
+            return [refusal]
         self._entries[ticket.id] = entry
         if self._shared:
             self._enqueue(lane, entry, now)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, assert_never
 
 from sluicegate.core.decisions import (
     Admit,
@@ -167,36 +167,39 @@ class SchedulerDriver:
         while pending:
             decision = pending.pop(0)
             tid = decision.ticket.id
-            if isinstance(decision, Admit):
-                future = self._waiters.pop(tid, None)
-                if future is None or future.done():
-                    # Its client left between the decision and now: give the slot back.
-                    pending.extend(self.scheduler.cancel(tid, self._clock()))
-                    self._released(tid, (0, 0))
-                    continue
-                self._running[tid] = RunningHandle()
-                future.set_result(decision)
-            elif isinstance(decision, Reject | Expire):
-                future = self._waiters.pop(tid, None)
-                if future is not None and not future.done():
+            match decision:  # exhaustive: a kind without a case fails mypy (assert_never)
+                case Admit():
+                    future = self._waiters.pop(tid, None)
+                    if future is None or future.done():
+                        # Its client left between the decision and now: give the slot back.
+                        pending.extend(self.scheduler.cancel(tid, self._clock()))
+                        self._released(tid, (0, 0))
+                        continue
+                    self._running[tid] = RunningHandle()
                     future.set_result(decision)
-                if isinstance(decision, Expire) and self._on_expire is not None:
-                    self._on_expire(decision)
-                self._released(tid, (0, 0))
-            elif isinstance(decision, Preempt):
-                running = self._running.get(tid)
-                if running is None:
-                    pending.extend(self.scheduler.complete(tid, Usage(0, 0), self._clock()))
+                case Reject() | Expire():
+                    future = self._waiters.pop(tid, None)
+                    if future is not None and not future.done():
+                        future.set_result(decision)
+                    if isinstance(decision, Expire) and self._on_expire is not None:
+                        self._on_expire(decision)
                     self._released(tid, (0, 0))
+                case Preempt():
+                    running = self._running.get(tid)
+                    if running is None:
+                        pending.extend(self.scheduler.complete(tid, Usage(0, 0), self._clock()))
+                        self._released(tid, (0, 0))
+                        continue
+                    running.preempt = decision
+                    if running.on_preempt is not None:
+                        running.on_preempt(decision)
+                case Reserve():
+                    assert self.link is not None, "Reserve comes only in distributed mode"
+                    self.link.offer(decision)
+                case Queued():
                     continue
-                running.preempt = decision
-                if running.on_preempt is not None:
-                    running.on_preempt(decision)
-            elif isinstance(decision, Reserve):
-                assert self.link is not None, "Reserve comes only in distributed mode"
-                self.link.offer(decision)
-            elif isinstance(decision, Queued):
-                continue
+                case _:
+                    assert_never(decision)
         self._arm_timer()
 
     def _released(self, ticket_id: TicketId, served: tuple[int, int] | None) -> None:

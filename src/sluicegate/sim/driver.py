@@ -9,7 +9,7 @@ on the heap. The driver executes every decision the scheduler returns:
 * ``Preempt`` → ``Engine.abort``, then ``Scheduler.complete`` with the tokens produced;
   an abort drops any tokens still pending in the replica's in-flight step;
 * ``Reject`` / ``Expire`` → the request's outcome; ``Queued`` → nothing (the simulator
-  runs one scheduler, never in distributed mode, so no ``Reserve`` comes).
+  runs one scheduler, never in distributed mode: a ``Reserve`` would be a bug, and raises).
 
 A request whose ``prompt + max_tokens`` the engine could never hold is never
 submitted (a gateway answers it 400 at once); its outcome is ``too_large``.
@@ -21,6 +21,7 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import assert_never
 
 from sluicegate.core.decisions import (
     Admit,
@@ -30,6 +31,7 @@ from sluicegate.core.decisions import (
     PreemptAction,
     Queued,
     Reject,
+    Reserve,
 )
 from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.spec import BackendSpec, SchedulerSpec
@@ -345,16 +347,21 @@ class _Simulation:
         queue = deque(decisions)
         while queue:
             decision = queue.popleft()
-            if isinstance(decision, Admit):
-                self._admit(decision, now)
-            elif isinstance(decision, Queued):
-                if decision.estimated_wait_s is not None:
-                    index = self.live[decision.ticket.id].index
-                    self.estimated_wait[index] = decision.estimated_wait_s
-            elif isinstance(decision, Reject | Expire):
-                self.live.pop(decision.ticket.id).end(decision.outcome.value, now)
-            elif isinstance(decision, Preempt):
-                queue.extend(self._preempt(decision, now))
+            match decision:  # exhaustive: a kind without a case fails mypy (assert_never)
+                case Admit():
+                    self._admit(decision, now)
+                case Queued():
+                    if decision.estimated_wait_s is not None:
+                        index = self.live[decision.ticket.id].index
+                        self.estimated_wait[index] = decision.estimated_wait_s
+                case Reject() | Expire():
+                    self.live.pop(decision.ticket.id).end(decision.outcome.value, now)
+                case Preempt():
+                    queue.extend(self._preempt(decision, now))
+                case Reserve():
+                    raise AssertionError("Reserve comes only in distributed mode")
+                case _:
+                    assert_never(decision)
 
     def _admit(self, decision: Admit, now: float) -> None:
         req = self.live[decision.ticket.id]
