@@ -48,6 +48,7 @@ from tests.gateway.gateway_harness import (
     stack,
     wait_until,
 )
+from tests.hardening.hardening_harness import LogCapture
 from tests.store.redis_server import REDIS_SERVER, RedisServer, running_redis
 
 CANARY = "CANARYPROMPT9f1c2e"
@@ -66,22 +67,8 @@ needs_redis = pytest.mark.skipif(
 )
 
 
-class Logs(logging.Handler):
-    """Every record of every logger (uvicorn's included), formatted with its traceback."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(self.format(record))
-
-    def text(self) -> str:
-        return "\n".join(self.lines)
-
-    def matching(self, needle: str) -> list[str]:
-        return [line for line in self.lines if needle in line]
+Logs = LogCapture
+"""Every record of every logger (uvicorn's included), formatted with its traceback."""
 
 
 @pytest.fixture

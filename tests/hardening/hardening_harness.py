@@ -169,6 +169,10 @@ class LogCapture(logging.Handler):
         """All records so far, one per line."""
         return "\n".join(self.lines)
 
+    def matching(self, needle: str) -> list[str]:
+        """The records that contain ``needle``."""
+        return [line for line in self.lines if needle in line]
+
 
 SERVER_LOGGERS = ("", "uvicorn", "uvicorn.error", "uvicorn.access", "sluicegate", "aiohttp")
 

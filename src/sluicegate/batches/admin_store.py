@@ -7,7 +7,7 @@ import orjson
 
 from sluicegate.batches.backend import Record
 from sluicegate.batches.db import Database
-from sluicegate.batches.objects import error_line
+from sluicegate.batches.finish import answer_unfinished
 
 
 class AdminStore:
@@ -49,15 +49,7 @@ class AdminStore:
             row = conn.execute("SELECT status FROM batches WHERE id = ?", (batch_id,)).fetchone()
             if row is None or row[0] not in ("validating", "in_progress"):
                 return False
-            unfinished = conn.execute(
-                "SELECT idx, custom_id FROM lines"
-                " WHERE batch_id = ? AND state IN ('pending', 'running')",
-                (batch_id,),
-            ).fetchall()
-            conn.executemany(
-                "INSERT OR IGNORE INTO results (batch_id, idx, ok, text) VALUES (?, ?, 0, ?)",
-                [(batch_id, idx, error_line(cid, code, message)) for idx, cid in unfinished],
-            )
+            answer_unfinished(conn, batch_id, code, message)
             conn.execute(
                 "UPDATE lines SET state = 'failed', owner = NULL"
                 " WHERE batch_id = ? AND state IN ('pending', 'running')",

@@ -60,18 +60,7 @@ class Finisher:
         with self.db.write() as conn:
             if _status(conn, batch_id) != was:
                 return []
-            unfinished = conn.execute(
-                "SELECT idx, custom_id FROM lines"
-                " WHERE batch_id = ? AND state IN ('pending', 'running')",
-                (batch_id,),
-            ).fetchall()
-            conn.executemany(
-                "INSERT OR IGNORE INTO results (batch_id, idx, ok, text) VALUES (?, ?, 0, ?)",
-                [
-                    (batch_id, idx, error_line(custom_id, code, message))
-                    for idx, custom_id in unfinished
-                ],
-            )
+            answer_unfinished(conn, batch_id, code, message)
             self._write_files(conn, batch_id, now)
             conn.execute(
                 f"UPDATE batches SET status = ?, {column} = ? WHERE id = ?", (status, now, batch_id)
@@ -135,3 +124,16 @@ class Finisher:
 def _status(conn: sqlite3.Connection, batch_id: str) -> str | None:
     row = conn.execute("SELECT status FROM batches WHERE id = ?", (batch_id,)).fetchone()
     return None if row is None else str(row[0])
+
+
+def answer_unfinished(conn: sqlite3.Connection, batch_id: str, code: str, message: str) -> None:
+    """An error line ``code`` as the result of each of the batch's lines that has none yet
+    (pending or running), inside the caller's transaction."""
+    unfinished = conn.execute(
+        "SELECT idx, custom_id FROM lines WHERE batch_id = ? AND state IN ('pending', 'running')",
+        (batch_id,),
+    ).fetchall()
+    conn.executemany(
+        "INSERT OR IGNORE INTO results (batch_id, idx, ok, text) VALUES (?, ?, 0, ?)",
+        [(batch_id, idx, error_line(custom_id, code, message)) for idx, custom_id in unfinished],
+    )
