@@ -11,13 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluicegate.plan import PlanInfeasibleError, PlanInput, allen_cunneen_wait, plan_capacity
+from sluicegate.plan_backlog import backlog_exceed_probability, backlog_quantile
 from sluicegate.plan_warm import (
     DEFAULT_BURST_FACTOR,
     DEFAULT_DETECT_S,
     DEFAULT_SCALE_UP_S,
     Burst,
-    backlog_exceed_probability,
-    backlog_quantile,
     burst_wait,
     max_burst_factor,
     plan_warm_buffer,

@@ -195,7 +195,7 @@ class Config(BaseModel):
         if value == "memory":
             return value
         if isinstance(value, str) and value.startswith(STORE_SCHEMES):
-            from sluicegate.store.resp import parse_redis_url
+            from sluicegate.store.redis_url import parse_redis_url
 
             parse_redis_url(value)  # its errors name the part, never the URL
             return value

@@ -28,7 +28,8 @@ import math
 from dataclasses import dataclass
 
 from sluicegate.plan import PlanInput, allen_cunneen_wait
-from sluicegate.plan_warm import WarmPlan, bisect_boundary
+from sluicegate.plan_backlog import bisect_boundary
+from sluicegate.plan_warm import WarmPlan
 
 __all__ = [
     "DEFAULT_MODEL",

@@ -24,7 +24,8 @@ from redis.exceptions import (
     TimeoutError,
 )
 
-from sluicegate.store.resp import RespClient, RespParser, encode_commands, parse_redis_url
+from sluicegate.store.redis_url import parse_redis_url
+from sluicegate.store.resp import RespClient, RespParser, encode_commands
 from tests.store.redis_server import REDIS_SERVER, RedisServer, running_redis
 
 TIMEOUT_S = 0.05

@@ -166,7 +166,7 @@ class BatchesSpec(BaseModel):
             return value
         if not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("the URL of a Redis or Valkey: redis://, rediss:// or unix://")
-        from sluicegate.store.resp import parse_redis_url
+        from sluicegate.store.redis_url import parse_redis_url
 
         parse_redis_url(value)  # its errors name the part, never the URL
         return value

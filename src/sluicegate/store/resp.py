@@ -13,22 +13,16 @@ a deadline passed is ``TimeoutError``; a refused, lost or closed connection is
 ``ConnectionError``. On a timeout or a loss, every pending pipeline fails and the
 connection is dropped; the next call connects again.
 
-URLs: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` (TLS; query
-``ssl_cert_reqs``, ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``,
-``ssl_check_hostname``), ``unix://[[user]:password@]/path``; ``?db=N`` and
-``?password=``/``?username=`` anywhere, as redis-py reads them.
+The store URL is parsed by :mod:`sluicegate.store.redis_url`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, cast
-from urllib.parse import parse_qs, unquote, urlsplit
 
 from redis.exceptions import (
     AuthenticationError,
@@ -41,7 +35,9 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["RedisAddress", "RespClient", "RespParser", "encode_commands", "parse_redis_url"]
+from sluicegate.store.redis_url import parse_redis_url, tls_context
+
+__all__ = ["RespClient", "RespParser", "encode_commands"]
 
 Arg = str | int | float | bytes
 _ERROR_CLASSES: dict[str, type[ResponseError] | type[RedisConnectionError]] = {
@@ -51,89 +47,6 @@ _ERROR_CLASSES: dict[str, type[ResponseError] | type[RedisConnectionError]] = {
     "NOAUTH": AuthenticationError,
     "LOADING": BusyLoadingError,
 }
-_IGNORED_QUERY = frozenset(
-    {
-        "socket_timeout",
-        "socket_connect_timeout",
-        "socket_keepalive",
-        "health_check_interval",
-        "max_connections",
-        "retry_on_timeout",
-        "timeout",
-        "client_name",
-        "protocol",
-    }
-)
-"""redis-py connection options that mean nothing here (the store sets its own timeouts)."""
-_TLS_QUERY = frozenset(
-    {"ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"}
-)
-
-
-@dataclass(frozen=True, slots=True)
-class RedisAddress:
-    """Where a Redis listens and how to log in: parsed from a store URL."""
-
-    host: str = "localhost"
-    port: int = 6379
-    path: str | None = None  # a unix socket, instead of host and port
-    db: int = 0
-    username: str | None = None
-    password: str | None = None
-    tls: dict[str, str] | None = None  # rediss://: the ssl_* options of the query
-
-
-def parse_redis_url(url: str) -> RedisAddress:
-    """Parse ``redis://``, ``rediss://`` and ``unix://`` URLs the way redis-py does.
-
-    Raises:
-        ValueError: another scheme, a bad ``db``, or a query option this client lacks.
-    """
-    parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss", "unix"):
-        raise ValueError("a Redis URL starts with redis://, rediss:// or unix://")
-    query = {name: values[0] for name, values in parse_qs(parts.query).items() if values}
-    unknown = set(query) - _IGNORED_QUERY - _TLS_QUERY - {"db", "username", "password"}
-    if unknown:
-        raise ValueError(f"unsupported Redis URL option(s): {sorted(unknown)}")
-    username = unquote(parts.username) if parts.username else query.get("username")
-    password = unquote(parts.password) if parts.password else query.get("password")
-    db_text = query.get("db")
-    if db_text is None and parts.scheme != "unix" and parts.path.strip("/"):
-        db_text = unquote(parts.path).replace("/", "")
-    try:
-        db = int(db_text) if db_text else 0
-    except ValueError:
-        raise ValueError("the Redis URL's database must be a number") from None
-    if parts.scheme == "unix":
-        if not parts.path:
-            raise ValueError("a unix:// Redis URL needs a socket path")
-        return RedisAddress(path=unquote(parts.path), db=db, username=username, password=password)
-    tls = None
-    if parts.scheme == "rediss":
-        tls = {name: value for name, value in query.items() if name in _TLS_QUERY}
-    return RedisAddress(
-        host=unquote(parts.hostname) if parts.hostname else "localhost",
-        port=parts.port or 6379,
-        db=db,
-        username=username,
-        password=password,
-        tls=tls,
-    )
-
-
-def _tls_context(options: dict[str, str]) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=options.get("ssl_ca_certs"))
-    reqs = options.get("ssl_cert_reqs", "required").lower()
-    modes = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
-    if reqs not in modes:
-        raise ValueError(f"ssl_cert_reqs must be one of {sorted(modes)}")
-    checking = options.get("ssl_check_hostname", "true").lower() in ("1", "true", "yes", "y")
-    context.check_hostname = checking and reqs == "required"
-    context.verify_mode = modes[reqs]
-    if "ssl_certfile" in options:
-        context.load_cert_chain(options["ssl_certfile"], options.get("ssl_keyfile"))
-    return context
 
 
 def _encode_arg(arg: Arg) -> bytes:
@@ -310,7 +223,7 @@ class RespClient:
 
     def __init__(self, url: str, *, connect_timeout_s: float) -> None:
         self.address = parse_redis_url(url)
-        self._tls = None if self.address.tls is None else _tls_context(self.address.tls)
+        self._tls = None if self.address.tls is None else tls_context(self.address.tls)
         self._connect_timeout_s = connect_timeout_s
         self._protocol: _RespProtocol | None = None
         self._connecting: asyncio.Task[_RespProtocol] | None = None
