@@ -1,15 +1,11 @@
 """The simulator: a virtual-clock driver of the real ``core.Scheduler`` and N engine replicas.
 
-This module holds the event loop and drives the scheduler; stepping the engine
-replicas is ``sim/replica.py``'s job, and the heap and its tie-breaking order are
-``sim/events.py``'s. Arrivals are read from the sorted workload rather than pushed
-on the heap. The driver executes every decision the scheduler returns:
-
-* ``Admit`` → ``Engine.add_request`` on the chosen replica;
-* ``Preempt`` → ``Engine.abort``, then ``Scheduler.complete`` with the tokens produced;
-  an abort drops any tokens still pending in the replica's in-flight step;
-* ``Reject`` / ``Expire`` → the request's outcome; ``Queued`` → nothing (the simulator
-  runs one scheduler, never in distributed mode: a ``Reserve`` would be a bug, and raises).
+This module holds the event loop and drives the scheduler; carrying out its
+decisions (``Admit`` → ``Engine.add_request``, ``Preempt`` → ``Engine.abort``, …) is
+``sim/execute.py``'s job, stepping the engine replicas is ``sim/replica.py``'s, and
+the heap and its tie-breaking order are ``sim/events.py``'s. Arrivals are read
+from the sorted workload rather than pushed on the heap. An abort drops any
+tokens still pending in the replica's in-flight step.
 
 A request whose ``prompt + max_tokens`` the engine could never hold is never
 submitted (a gateway answers it 400 at once); its outcome is ``too_large``.
@@ -19,20 +15,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
-from collections.abc import Callable, Iterable
-from typing import assert_never
+from collections.abc import Callable
 
-from sluicegate.core.decisions import (
-    Admit,
-    Decision,
-    Expire,
-    Preempt,
-    PreemptAction,
-    Queued,
-    Reject,
-    Reserve,
-)
+from sluicegate.core.decisions import Decision, Preempt
 from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.spec import BackendSpec, SchedulerSpec
 from sluicegate.core.ticket import BackendStats, Ticket, TicketId, Usage
@@ -40,9 +25,10 @@ from sluicegate.engine.config import EngineConfig
 from sluicegate.engine.model import StepResult
 from sluicegate.outcomes import COMPLETED, WorkloadRequest
 from sluicegate.sim.events import ARRIVAL, SCRAPE, STEP, TICK, EventQueue, HeapItem
+from sluicegate.sim.execute import DecisionExecution
 from sluicegate.sim.live import SimRequest
 from sluicegate.sim.replica import Replica
-from sluicegate.sim.result import PREEMPTED, TOO_LARGE, SampleLog, SimResult
+from sluicegate.sim.result import TOO_LARGE, SampleLog, SimResult
 
 __all__ = ["SimResult", "simulate", "with_replicas"]
 
@@ -112,7 +98,7 @@ def simulate(
     return sim.run(scrape_interval_s, progress)
 
 
-class _Simulation:
+class _Simulation(DecisionExecution):
     """One run's state; ``run`` is the event loop."""
 
     def __init__(
@@ -233,12 +219,6 @@ class _Simulation:
             self.tick_at = wakeup
             self.tick_seq = self.events.push(wakeup, TICK, 0, now, None)[4]
 
-    def _touch(self, rep: Replica) -> None:
-        """Note that decisions at this instant changed ``rep`` (``_after`` resumes it)."""
-        if not rep.touched:
-            rep.touched = True
-            self.touched.append(rep)
-
     # ------------------------------------------------------------------ events
 
     def _on_arrival(self, req: SimRequest, now: float) -> None:
@@ -340,51 +320,6 @@ class _Simulation:
         else:
             return
         self.events.push(self.start + self.scrape_k * self.interval, SCRAPE, 0, now, None)
-
-    # ------------------------------------------------------------------ decisions
-
-    def _execute(self, decisions: Iterable[Decision], now: float) -> None:
-        queue = deque(decisions)
-        while queue:
-            decision = queue.popleft()
-            match decision:  # exhaustive: a kind without a case fails mypy (assert_never)
-                case Admit():
-                    self._admit(decision, now)
-                case Queued():
-                    if decision.estimated_wait_s is not None:
-                        index = self.live[decision.ticket.id].index
-                        self.estimated_wait[index] = decision.estimated_wait_s
-                case Reject() | Expire():
-                    self.live.pop(decision.ticket.id).end(decision.outcome.value, now)
-                case Preempt():
-                    queue.extend(self._preempt(decision, now))
-                case Reserve():
-                    raise AssertionError("Reserve comes only in distributed mode")
-                case _:
-                    assert_never(decision)
-
-    def _admit(self, decision: Admit, now: float) -> None:
-        req = self.live[decision.ticket.id]
-        rep = self.by_backend[decision.backend]
-        rep.sync(self.event)
-        rep.add(req, now)
-        self._touch(rep)
-
-    def _preempt(self, decision: Preempt, now: float) -> list[Decision]:
-        req = self.live[decision.ticket.id]
-        rep = self.by_backend[decision.backend]
-        rep.sync(self.event)
-        generated = rep.abort(req, now)
-        self._touch(rep)
-        if decision.action is PreemptAction.REQUEUE:
-            req.requeues += 1
-            req.first_token_s = None
-        else:
-            req.generated = generated
-            req.end(PREEMPTED, now)
-            del self.live[req.ticket_id]
-        usage = Usage(req.workload.prompt_tokens, generated)
-        return self.scheduler.complete(req.ticket_id, usage, now)
 
     # ------------------------------------------------------------------ result
 

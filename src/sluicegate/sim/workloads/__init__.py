@@ -3,7 +3,8 @@
 Everything produces a ``list[WorkloadRequest]`` sorted by ``arrival_s``; functions
 are pure, and random ones are deterministic for a seed.
 
-* :mod:`~sluicegate.sim.workloads.traces`: Azure / BurstGPT CSV and JSONL files.
+* :mod:`~sluicegate.sim.workloads.traces`: Azure / BurstGPT CSV files, format detection;
+  :mod:`~sluicegate.sim.workloads.jsonl`: our JSONL; ``errors``: ``WorkloadError``.
 * :mod:`~sluicegate.sim.workloads.synthetic`: Poisson, gamma bursts, on/off tenants.
 * :mod:`~sluicegate.sim.workloads.mix`: assign tenant/lane/priority by share.
 * :mod:`~sluicegate.sim.workloads.tenants`: per-tenant Poisson loads with periodic bursts,
@@ -13,6 +14,8 @@ are pure, and random ones are deterministic for a seed.
 
 from __future__ import annotations
 
+from sluicegate.sim.workloads.errors import WorkloadError
+from sluicegate.sim.workloads.jsonl import load_jsonl, write_jsonl
 from sluicegate.sim.workloads.mix import SHARE_TOLERANCE, MixEntry, MixError, apply_mix, parse_mix
 from sluicegate.sim.workloads.synthetic import (
     DEFAULT_OUTPUT,
@@ -29,14 +32,7 @@ from sluicegate.sim.workloads.tenants import (
     parse_tenant_load,
     tenant_loads,
 )
-from sluicegate.sim.workloads.traces import (
-    WorkloadError,
-    load_azure_csv,
-    load_burstgpt_csv,
-    load_jsonl,
-    load_workload,
-    write_jsonl,
-)
+from sluicegate.sim.workloads.traces import load_azure_csv, load_burstgpt_csv, load_workload
 from sluicegate.sim.workloads.transform import (
     MaxTokensPolicy,
     check_max_tokens_policy,

@@ -1,5 +1,9 @@
 """Load request traces from files: Azure LLM inference CSV, BurstGPT CSV, our JSONL.
 
+This module reads the CSV traces and picks a file's format (``load_workload``);
+reading and writing our JSONL is ``jsonl.py``'s job, and the error every loader
+raises is in ``errors.py``.
+
 Every loader returns a ``list[WorkloadRequest]`` sorted by ``arrival_s`` and
 checks the file as it reads it. Any problem raises :class:`WorkloadError`, whose
 message names the file and, where there is one, the 1-based line number
@@ -32,53 +36,27 @@ the file's own ``max_tokens``; another policy replaces it.
 from __future__ import annotations
 
 import csv
-import json
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from sluicegate.outcomes import WorkloadRequest
+from sluicegate.sim.workloads.errors import WorkloadError, backwards
+from sluicegate.sim.workloads.jsonl import load_jsonl
 from sluicegate.sim.workloads.transform import (
     MaxTokensPolicy,
     check_max_tokens_policy,
     resolve_max_tokens,
 )
 
-__all__ = [
-    "WorkloadError",
-    "load_azure_csv",
-    "load_burstgpt_csv",
-    "load_jsonl",
-    "load_workload",
-    "write_jsonl",
-]
+__all__ = ["load_azure_csv", "load_burstgpt_csv", "load_workload"]
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens")
-_JSONL_REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
-_JSONL_OPTIONAL = ("max_tokens", "tenant", "lane", "priority", "deadline_ms", "prefix")
 _EPOCH = datetime(1970, 1, 1)
 _ONE_SECOND = timedelta(seconds=1)
-
-
-class WorkloadError(ValueError):
-    """A workload file that cannot be loaded; the message names the file and line.
-
-    Attributes:
-        path: the file.
-        line: the 1-based line number of the problem, or ``None`` for the whole file.
-        reason: the problem, without the location.
-    """
-
-    def __init__(self, path: str | Path, line: int | None, reason: str) -> None:
-        self.path = str(path)
-        self.line = line
-        self.reason = reason
-        where = f"{self.path}: line {line}: " if line is not None else f"{self.path}: "
-        super().__init__(where + reason)
 
 
 def load_azure_csv(
@@ -104,7 +82,7 @@ def load_azure_csv(
         raw_ts = row["TIMESTAMP"].strip()
         stamp = _parse_datetime(path, line, raw_ts)
         if previous is not None and stamp < previous[0]:
-            raise _backwards(path, line, raw_ts, previous[1])
+            raise backwards(path, line, raw_ts, previous[1])
         previous = (stamp, raw_ts)
         if first is None:
             first = stamp
@@ -144,7 +122,7 @@ def load_burstgpt_csv(
         raw_ts = row["Timestamp"].strip()
         stamp = _number(path, line, "Timestamp", raw_ts)
         if previous is not None and stamp < previous[0]:
-            raise _backwards(path, line, raw_ts, previous[1])
+            raise backwards(path, line, raw_ts, previous[1])
         previous = (stamp, raw_ts)
         response = _token_count(path, line, "Response tokens", row["Response tokens"], low=0)
         prompt = _token_count(path, line, "Request tokens", row["Request tokens"], low=0)
@@ -161,49 +139,6 @@ def load_burstgpt_csv(
         which = f"of model {model!r} " if model is not None else ""
         raise WorkloadError(path, None, f"no successful requests {which}in the file")
     return out
-
-
-def load_jsonl(path: str | Path) -> list[WorkloadRequest]:
-    """Load our JSONL workload format (see the module docstring for the keys).
-
-    Blank lines are ignored. Optional keys default to :class:`WorkloadRequest`'s
-    defaults; ``max_tokens`` defaults to ``output_tokens``; ``deadline_ms`` may be
-    ``null``.
-
-    Raises:
-        WorkloadError: malformed JSON, a line that is not an object, a missing,
-            unknown or ill-typed key, an out-of-range value, ``output_tokens >
-            max_tokens``, arrivals that go backwards, or no requests at all.
-    """
-    out: list[WorkloadRequest] = []
-    with Path(path).open(encoding="utf-8-sig") as stream:
-        for line, obj in json_lines(path, stream):
-            request = _jsonl_request(path, line, obj)
-            if out and request.arrival_s < out[-1].arrival_s:
-                raise _backwards(path, line, request.arrival_s, out[-1].arrival_s)
-            out.append(request)
-    if not out:
-        raise WorkloadError(path, None, "file is empty (no requests)")
-    return out
-
-
-def write_jsonl(requests: Iterable[WorkloadRequest], path: str | Path) -> None:
-    """Write requests in the format :func:`load_jsonl` reads, one object per line, all keys."""
-    with Path(path).open("w", encoding="utf-8") as stream:
-        for r in requests:
-            obj = {
-                "arrival_s": r.arrival_s,
-                "prompt_tokens": r.prompt_tokens,
-                "output_tokens": r.output_tokens,
-                "max_tokens": r.max_tokens,
-                "tenant": r.tenant,
-                "lane": r.lane,
-                "priority": r.priority,
-                "deadline_ms": r.deadline_ms,
-            }
-            if r.prefix:
-                obj["prefix"] = list(r.prefix)
-            stream.write(json.dumps(obj) + "\n")
 
 
 def load_workload(
@@ -248,22 +183,6 @@ def load_workload(
         f"unrecognised workload header {first[:80]!r}: expected JSONL, an Azure CSV "
         "(TIMESTAMP,ContextTokens,GeneratedTokens) or a BurstGPT CSV (Timestamp,Model,...)",
     )  # fmt: skip
-
-
-def json_lines(path: str | Path, stream: Iterable[str]) -> Iterator[tuple[int, Any]]:
-    """``(line number, parsed value)`` of each non-blank line of a JSONL stream.
-
-    Raises:
-        WorkloadError: a line is not JSON (naming the file and line).
-    """
-    for line, text in enumerate(stream, start=1):
-        if not text.strip():
-            continue
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise WorkloadError(path, line, f"malformed JSON: {exc.msg}") from exc
-        yield line, value
 
 
 def _first_line(path: Path) -> str:
@@ -348,68 +267,3 @@ def _token_count(path: str | Path, line: int, column: str, text: str, *, low: in
     if value < low:
         raise WorkloadError(path, line, f"{column} must be >= {low}, got {value}")
     return value
-
-
-def _backwards(path: str | Path, line: int, current: object, previous: object) -> WorkloadError:
-    return WorkloadError(path, line, f"timestamp goes backwards ({current} < {previous})")
-
-
-def _jsonl_request(path: str | Path, line: int, obj: Any) -> WorkloadRequest:
-    """Validate one decoded JSONL object and build its request."""
-    if not isinstance(obj, dict):
-        raise WorkloadError(path, line, f"expected a JSON object, got {type(obj).__name__}")
-    unknown = sorted(set(obj) - set(_JSONL_REQUIRED) - set(_JSONL_OPTIONAL))
-    if unknown:
-        raise WorkloadError(path, line, f"unknown key(s) {', '.join(map(repr, unknown))}")
-    missing = [k for k in _JSONL_REQUIRED if k not in obj]
-    if missing:
-        raise WorkloadError(path, line, f"missing key(s) {', '.join(map(repr, missing))}")
-    arrival = _json_float(path, line, obj, "arrival_s", low=0.0)
-    prompt = _json_int(path, line, obj, "prompt_tokens", low=1)
-    output = _json_int(path, line, obj, "output_tokens", low=1)
-    cap = _json_int(path, line, obj, "max_tokens", low=1) if "max_tokens" in obj else output
-    if output > cap:
-        raise WorkloadError(path, line, f"output_tokens {output} > max_tokens {cap}")
-    fields: dict[str, Any] = {}
-    for key in ("tenant", "lane"):
-        if key in obj:
-            if not isinstance(obj[key], str) or not obj[key]:
-                raise WorkloadError(path, line, f"{key} must be a non-empty string")
-            fields[key] = obj[key]
-    if "priority" in obj:
-        fields["priority"] = _json_int(path, line, obj, "priority", low=0, high=5)
-    if "prefix" in obj:
-        hashes = obj["prefix"]
-        if not isinstance(hashes, list) or not all(
-            isinstance(h, int) and not isinstance(h, bool) for h in hashes
-        ):
-            raise WorkloadError(path, line, f"prefix must be a list of integers, got {hashes!r}")
-        fields["prefix"] = tuple(hashes)
-    if obj.get("deadline_ms") is not None:
-        fields["deadline_ms"] = _json_float(path, line, obj, "deadline_ms", low=0.0, strict=True)
-    return WorkloadRequest(arrival, prompt, output, cap, **fields)
-
-
-def _json_int(
-    path: str | Path, line: int, obj: dict[str, Any], key: str, *, low: int, high: int | None = None
-) -> int:
-    value = obj[key]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise WorkloadError(path, line, f"{key} must be an integer, got {value!r}")
-    if value < low or (high is not None and value > high):
-        bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise WorkloadError(path, line, f"{key} must be {bounds}, got {value}")
-    return value
-
-
-def _json_float(
-    path: str | Path, line: int, obj: dict[str, Any], key: str, *, low: float, strict: bool = False
-) -> float:
-    value = obj[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise WorkloadError(path, line, f"{key} must be a finite number, got {value!r}")
-    if value < low or (strict and value == low):
-        raise WorkloadError(
-            path, line, f"{key} must be {'>' if strict else '>='} {low}, got {value}"
-        )
-    return float(value)
