@@ -29,7 +29,7 @@ COMPILED = [
     "src/sluicegate/core/" + name
     for name in (
         "admission.py",
-        "backend.py",
+        "backend_state.py",
         "circuit.py",
         "decisions.py",
         "entry.py",
@@ -39,7 +39,7 @@ COMPILED = [
         "predictor.py",
         "preemption.py",
         "queues.py",
-        "policies/base.py",
+        "policies/policy.py",
         "policies/fifo.py",
         "policies/oracle.py",
         "policies/priority.py",

@@ -33,10 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.store.redis_server import running_redis
 
 from mdsection import write_section
-from sluicegate.batches.backend import BatchBackend, Result
+from sluicegate.batches.batch_backend import BatchBackend, Result
 from sluicegate.batches.lines import LineError, LineRequest, read_line
-from sluicegate.batches.redis_backend import RedisBatches
-from sluicegate.batches.sqlite_backend import SqliteBatches
+from sluicegate.batches.redis.redis_batches import RedisBatches
+from sluicegate.batches.sqlite.sqlite_batches import SqliteBatches
 
 T = TypeVar("T")
 ENDPOINT = "/v1/chat/completions"

@@ -12,7 +12,7 @@ the tiny GGUF, a gateway (``sluicegate serve``, a child process) with one
 ``engine: llama-server`` backend capped at its 4 slots and one FIFO lane, and
 ``sluicegate bench``'s open-loop load generator sending the slice (completions,
 streamed, ``ignore_eos``, ``max_tokens`` = the output length). Simulated:
-``sluicegate.sim.driver.simulate`` (what ``sluicegate simulate`` runs) on the
+``sluicegate.sim.virtual_driver.simulate`` (what ``sluicegate simulate`` runs) on the
 same gateway config and requests, with prompt lengths as llama-server tokenizes
 the prompts the generator sends (``/tokenize``).
 
@@ -49,8 +49,8 @@ from sluicegate.config import parse_config
 from sluicegate.engine.presets import preset
 from sluicegate.outcomes import WorkloadRequest
 from sluicegate.sim.capacity import measure_capacity
-from sluicegate.sim.driver import simulate
 from sluicegate.sim.result import SimResult
+from sluicegate.sim.virtual_driver import simulate
 from sluicegate.sim.workloads import load_workload, write_jsonl
 from tables import Grid, cells
 
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         "`sluicegate bench`'s load generator, completions, streamed, `ignore_eos`. "
         f"Failed requests per run: {', '.join(map(str, errors))}.",
         f"Simulated: the same config and requests, preset `{PRESET}`, "
-        "`sluicegate.sim.driver.simulate`.",
+        "`sluicegate.sim.virtual_driver.simulate`.",
         f"Ratios live / simulated, per run: {'; '.join(ratios)}.",
         f"Background load (cores busy with processes not ours, per live run): {busy}.",
         "Slot occupancy (Σ service ÷ (4 slots × span)): "

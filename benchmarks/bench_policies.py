@@ -10,7 +10,7 @@ engine model in real time; the same one for both, idle between runs) receives
 the slice open-loop (streams, ``ignore_eos`` so each answer is exactly the
 trace's output length; completions endpoint, so the gateway's prompt estimate
 is the trace's prompt length); then
-``sluicegate.sim.driver.simulate`` replays the same requests through the same
+``sluicegate.sim.virtual_driver.simulate`` replays the same requests through the same
 scheduler configuration and engine model under a virtual clock.
 
 Table: per policy and tenant, live and simulated p99 end-to-end latency and time
@@ -43,9 +43,9 @@ from sluicegate.bench.records import RequestRecord
 from sluicegate.config import parse_config
 from sluicegate.engine.presets import preset
 from sluicegate.outcomes import WorkloadRequest
-from sluicegate.sim.driver import simulate
+from sluicegate.sim.comparison import with_policy
 from sluicegate.sim.result import SimResult
-from sluicegate.sim.run import with_policy
+from sluicegate.sim.virtual_driver import simulate
 from sluicegate.sim.workloads import apply_mix, load_workload, parse_mix, scale_rate, window
 from tables import Grid, bar_row, bars_grid, cells
 
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         + ".",
         f"Engine: emulator preset `{PRESET}`, one replica; one lane `shared` of {SLOTS} slots, "
         "no queue cap; client max_tokens = the trace's output, `ignore_eos`, streamed. "
-        "Simulator: the same config and requests, `sluicegate.sim.driver.simulate`.",
+        "Simulator: the same config and requests, `sluicegate.sim.virtual_driver.simulate`.",
         f"Background load (cores busy with processes not ours, per live run): {busy}.",
     ]
     write_report(

@@ -2,7 +2,7 @@
 
 A lane that may preempt with ``abort``, and every llama.cpp backend, send
 non-streamed requests to the engine as streams and rebuild the answer
-(``gateway/assemble.py``). This feeds a realistic engine stream of ``--tokens``
+(``gateway/streams/assemble.py``). This feeds a realistic engine stream of ``--tokens``
 content chunks (a role opener, one delta per token, a finish closer, a usage
 chunk, ``[DONE]``) through the reassembler the way the unary relay does (each
 read fed, new content chunks counted for the first-token time and progress,
@@ -39,7 +39,7 @@ from pathlib import Path
 import orjson
 
 from mdsection import write_section
-from sluicegate.gateway.assemble import StreamAssembler
+from sluicegate.gateway.streams.assemble import StreamAssembler
 
 WORDS = ["the", " model", " answers", ",", " quickly", " and", " then", "\n", " é", ' "quoted"']
 
@@ -239,7 +239,7 @@ def _section(args: argparse.Namespace, rows: list[tuple[str, str, int, float, fl
         "every read as the unary relay does, with its first-token and progress checks, then "
         "build the body), median of the interleaved runs. *old* is the `StreamAssembler` "
         "before the refactor (its own line splitting, every event parsed, a partial line "
-        "re-joined per read), kept in the script; *new* is `gateway/assemble.py` (the "
+        "re-joined per read), kept in the script; *new* is `gateway/streams/assemble.py` (the "
         "shared `SseSplitter`; reads after the first token only appended, then read in "
         "bulk every 16 KiB; deltas shaped like the first one recognised by "
         "`DeltaTemplate` without a parse; all text decoded in one call). Both build the "

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from mdsection import write_section
-from sluicegate.sim.command import default_config
-from sluicegate.sim.run import run_comparison
+from sluicegate.sim.comparison import run_comparison
+from sluicegate.sim.workload_options import default_config
 from sluicegate.sim.workloads import load_workload
 
 ROOT = Path(__file__).resolve().parents[1]

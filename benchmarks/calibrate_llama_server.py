@@ -44,7 +44,7 @@ from tests.realengine.llama_cpp_server import LLAMA_SERVER_VERSION, LlamaCppServ
 from tests.realengine.tiny_gguf import write_tiny_gguf
 
 from livestack import CpuMeter, Process, machine_busy_s, wide_console, write_report
-from sluicegate.engine.config import EngineConfig
+from sluicegate.engine.engine_config import EngineConfig
 from tables import Grid
 
 PARALLEL = 4

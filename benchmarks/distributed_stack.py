@@ -31,7 +31,7 @@ from redis.asyncio import Redis
 from distributed_load import Target
 from livestack import LiveStack, Process, gauge, machine_busy_s
 from sluicegate.demo.processes import free_port
-from sluicegate.gateway.private_redis import answers_ping
+from sluicegate.gateway.workers.private_redis import answers_ping
 from tables import Grid, cells
 
 __all__ = [

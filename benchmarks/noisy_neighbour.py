@@ -32,8 +32,8 @@ from sluicegate.core.component_specs import AdaptiveSpec
 from sluicegate.core.spec import SchedulerSpec
 from sluicegate.engine.presets import preset
 from sluicegate.outcomes.record import COMPLETED, RequestOutcome
-from sluicegate.sim.driver import simulate
-from sluicegate.sim.run import policy_spec
+from sluicegate.sim.comparison import policy_spec
+from sluicegate.sim.virtual_driver import simulate
 from sluicegate.sim.workloads import load_workload
 from sluicegate.sim.workloads.tenants import parse_tenant_load, tenant_loads
 

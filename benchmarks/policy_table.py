@@ -26,8 +26,8 @@ from mdsection import write_section
 from sluicegate.config import load_config
 from sluicegate.engine.presets import preset
 from sluicegate.sim.capacity import measure_capacity
-from sluicegate.sim.metrics import Summary
-from sluicegate.sim.run import run_comparison
+from sluicegate.sim.comparison import run_comparison
+from sluicegate.sim.run_summary import Summary
 from sluicegate.sim.workloads import apply_mix, load_workload, parse_mix, window
 
 ROOT = Path(__file__).resolve().parents[1]

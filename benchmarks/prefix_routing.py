@@ -24,7 +24,7 @@ from mdsection import write_section
 from sluicegate.config import parse_config
 from sluicegate.engine import preset
 from sluicegate.outcomes import WorkloadRequest
-from sluicegate.sim.driver import simulate
+from sluicegate.sim.virtual_driver import simulate
 from sluicegate.sim.workloads.prefix import shared_prefix
 
 ROUTERS = ("least_inflight", "prefix_affinity")

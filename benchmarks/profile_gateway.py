@@ -10,7 +10,7 @@ pass-through runs too, as the yardstick of the CPU per request.
 
 Each gateway's samples are sorted by the frame that was running (its innermost
 frame) into layers: the event loop itself (uvloop's C code, syscalls included),
-the HTTP server (uvicorn), the upstream client (aiohttp, or ``gateway/http1.py``),
+the HTTP server (uvicorn), the upstream client (aiohttp, or ``gateway/upstream/http1.py``),
 the scheduler (``sluicegate/core``), the rest of the gateway, metrics
 (prometheus-client), Starlette, and the rest. A layer's µs per request is its share
 of the samples × the process's CPU per request (/proc, over the same window).
@@ -67,7 +67,11 @@ def layer(frame: str) -> str:
         return LAYERS[0]
     if "uvicorn/" in path:
         return LAYERS[1]
-    if "aiohttp/" in path or "gateway/http1.py" in path or "gateway/upstream.py" in path:
+    if (
+        "aiohttp/" in path
+        or "gateway/upstream/http1.py" in path
+        or "gateway/upstream/clients.py" in path
+    ):
         return LAYERS[2]
     if "sluicegate/core/" in path:
         return LAYERS[3]

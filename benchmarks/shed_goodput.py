@@ -21,9 +21,9 @@ from sluicegate.config import load_config
 from sluicegate.core.spec import SchedulerSpec
 from sluicegate.engine import preset
 from sluicegate.outcomes import COMPLETED, WorkloadRequest
-from sluicegate.sim.command import WorkloadOptions, build_workload
-from sluicegate.sim.driver import simulate
 from sluicegate.sim.result import SimResult
+from sluicegate.sim.virtual_driver import simulate
+from sluicegate.sim.workload_options import WorkloadOptions, build_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "simulate-shed-hopeless.yaml"

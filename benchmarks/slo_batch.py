@@ -36,7 +36,7 @@ from sluicegate.engine import preset
 from sluicegate.outcomes.record import RequestOutcome
 from sluicegate.outcomes.request import WorkloadRequest
 from sluicegate.sim.capacity import measure_capacity
-from sluicegate.sim.run import run_comparison, scale_arrivals
+from sluicegate.sim.comparison import run_comparison, scale_arrivals
 from sluicegate.sim.workloads import apply_mix, load_workload, parse_mix, window
 
 ROOT = Path(__file__).resolve().parents[1]

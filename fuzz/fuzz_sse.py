@@ -25,10 +25,10 @@ import atheris  # type: ignore[import-untyped]
 with atheris.instrument_imports(include=["sluicegate"]):
     import orjson
 
-    from sluicegate.gateway.assemble import StreamAssembler, streamable_copy
-    from sluicegate.gateway.classify import Endpoint
-    from sluicegate.gateway.scanner import SseScanner
-    from sluicegate.gateway.sse import SseSplitter
+    from sluicegate.gateway.streams.assemble import StreamAssembler, streamable_copy
+    from sluicegate.gateway.request.classify import Endpoint
+    from sluicegate.gateway.streams.scanner import SseScanner
+    from sluicegate.gateway.streams.sse import SseSplitter
 
 ENDPOINTS: tuple[Endpoint, ...] = ("chat", "completions")
 FINISH = (None, "preempted")

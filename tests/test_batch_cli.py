@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluicegate.batch_cli import parse_metadata
-from sluicegate.batch_cli_client import BatchCliError, base_url
+from sluicegate.clients.batch_command import parse_metadata
+from sluicegate.clients.batch_http import BatchCliError, base_url
 from sluicegate.gateway.app import build_app as build_gateway
 from tests.gateway.gateway_harness import (
     ADMIN_KEY,

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from sluicegate.plan import (
+from sluicegate.planner.capacity import (
     ASSUMPTIONS,
     PlanInfeasibleError,
     PlanInput,
@@ -20,7 +20,7 @@ from sluicegate.plan import (
     mmc_wait,
     plan_capacity,
 )
-from sluicegate.plan_plot import plot_wait_vs_utilization, render_plan, wait_curve
+from sluicegate.planner.presentation import plot_wait_vs_utilization, render_plan, wait_curve
 
 
 def _erlang_c_direct(c: int, a: float) -> float:

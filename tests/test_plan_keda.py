@@ -16,8 +16,8 @@ import yaml
 from typer.testing import CliRunner
 
 from sluicegate.cli import app
-from sluicegate.plan import PlanInput, allen_cunneen_wait, plan_capacity
-from sluicegate.plan_keda import (
+from sluicegate.planner.capacity import PlanInput, allen_cunneen_wait, plan_capacity
+from sluicegate.planner.keda import (
     DEFAULT_PROMETHEUS_URL,
     SMALLEST_WAIT_BUCKET_S,
     KedaPlan,
@@ -25,7 +25,7 @@ from sluicegate.plan_keda import (
     saturation_rate,
     scaled_object_fragment,
 )
-from sluicegate.plan_warm import Burst, WarmPlan, plan_warm_buffer
+from sluicegate.planner.warm_buffer import Burst, WarmPlan, plan_warm_buffer
 
 README_INPUT = PlanInput(
     arrival_rate=20.0, mean_service_s=4.0, cv_service=1.5, slots_per_replica=32, p99_wait_slo_s=2.0

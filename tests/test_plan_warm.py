@@ -10,9 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluicegate.plan import PlanInfeasibleError, PlanInput, allen_cunneen_wait, plan_capacity
-from sluicegate.plan_backlog import backlog_exceed_probability, backlog_quantile
-from sluicegate.plan_warm import (
+from sluicegate.planner.backlog import backlog_exceed_probability, backlog_quantile
+from sluicegate.planner.capacity import (
+    PlanInfeasibleError,
+    PlanInput,
+    allen_cunneen_wait,
+    plan_capacity,
+)
+from sluicegate.planner.warm_buffer import (
     DEFAULT_BURST_FACTOR,
     DEFAULT_DETECT_S,
     DEFAULT_SCALE_UP_S,

@@ -10,10 +10,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from sluicegate.batch_cli import batch_app
+from sluicegate.clients.batch_command import batch_app
 from sluicegate.config import ConfigError, load_config, redacted_store
-from sluicegate.plan_cli import plan
-from sluicegate.store.errors import StoreUnavailableError
+from sluicegate.planner.plan_command import plan
+from sluicegate.store.store_errors import StoreUnavailableError
 
 app = typer.Typer(
     help="Admission control and scheduling gateway for OpenAI-compatible LLM engines.",
@@ -51,9 +51,18 @@ def check_config(
             console.print("--connect: the memory store lives in the gateway; nothing to reach")
         else:
             from sluicegate.store.check import check_store
+            from sluicegate.store.redis_store import RedisStore
 
+            settings = config.distributed
+            store = RedisStore(
+                config.store,
+                prefix=settings.key_prefix,
+                replica="check-config",
+                lease_ttl_s=settings.lease_ttl_s,
+                timeout_s=settings.timeout_ms / 1000.0,
+            )
             try:
-                round_trip_s = asyncio.run(check_store(config))
+                round_trip_s = asyncio.run(check_store(store))
             except StoreUnavailableError as exc:
                 err.print(f"[red]store: unreachable: {exc}[/red]")
                 raise typer.Exit(1) from None
@@ -88,7 +97,7 @@ def serve(
 
             run_gateway(loaded, host=host, port=port)
             return
-        from sluicegate.gateway.workers import WorkersError, run_workers
+        from sluicegate.gateway.workers.supervisor import WorkersError, run_workers
 
         try:
             code = run_workers(config, loaded, workers, host, port)
@@ -122,8 +131,8 @@ def drain(
     """Stop a running gateway admitting and wait until nothing is queued or running
     (a Kubernetes preStop hook). Exits 0 once idle, 3 if still busy after --wait-s.
     With --cancel, undo a drain instead (exit 0 once every worker admits again)."""
-    from sluicegate.drain import DrainError, undrain
-    from sluicegate.drain import drain as drain_gateway
+    from sluicegate.clients.drain import DrainError, undrain
+    from sluicegate.clients.drain import drain as drain_gateway
 
     try:
         loaded = load_config(config) if config is not None else None
@@ -195,7 +204,7 @@ def demo(
     seed: Annotated[int, typer.Option(help="workload seed")] = 7,
 ) -> None:
     """Pass-through vs sluicegate under the same overload, on emulated engines."""
-    from sluicegate.demo.run import DemoSettings, run_demo
+    from sluicegate.demo.side_by_side import DemoSettings, run_demo
 
     run_demo(DemoSettings(duration_s=duration, out_dir=out, seed=seed), console)
 
@@ -237,13 +246,13 @@ def simulate(
     workers: Annotated[int | None, typer.Option(help="parallel processes")] = None,
 ) -> None:
     """Replay a trace or synthetic load through the real scheduler under a virtual clock."""
-    from sluicegate.sim.command import (
+    from sluicegate.sim.comparison import run_comparison
+    from sluicegate.sim.workload_options import (
         DEFAULT_POLICIES,
         build_workload,
         default_config,
         workload_options,
     )
-    from sluicegate.sim.run import run_comparison
 
     try:
         loaded = load_config(config, simulation=True) if config is not None else default_config()
@@ -303,8 +312,8 @@ def bench(
     seed: Annotated[int, typer.Option(help="workload seed")] = 0,
 ) -> None:
     """Open-loop load: arrivals on a schedule, independent of responses."""
-    from sluicegate.bench.command import BenchOptions, parse_assignments, run_bench
-    from sluicegate.sim.command import build_workload, workload_options
+    from sluicegate.bench.bench_command import BenchOptions, parse_assignments, run_bench
+    from sluicegate.sim.workload_options import build_workload, workload_options
 
     try:
         if any(f.split("=", 1)[0].strip() == "prefix" for f in field or ()):

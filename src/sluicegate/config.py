@@ -28,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-from sluicegate.batches.spec import BatchesSpec
+from sluicegate.batches.batches_config import BatchesSpec
 from sluicegate.config_pressure import PressureSpec
 from sluicegate.core.policies import policy_names, simulation_only_policies
 from sluicegate.core.spec import ModelSpec, SchedulerSpec, TenantSpec

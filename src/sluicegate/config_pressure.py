@@ -1,5 +1,5 @@
 """The ``pressure:`` section of the configuration: Prometheus queries that tighten admission
-lane by lane while the cluster is busy (DESIGN §5; the loop is ``gateway/pressure.py``)."""
+lane by lane while the cluster is busy (DESIGN §5; the loop is ``gateway/ops/pressure_loop.py``)."""
 
 from __future__ import annotations
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from sluicegate.batches.backend import BatchBackend, Claim, Result
+from sluicegate.batches.batch_backend import BatchBackend, Claim, Result
 from sluicegate.batches.lines import LineError, LineRequest, read_line
 from sluicegate.batches.objects import new_id
-from sluicegate.batches.redis_backend import RedisBatches
-from sluicegate.batches.sqlite_backend import SqliteBatches
+from sluicegate.batches.redis.redis_batches import RedisBatches
+from sluicegate.batches.sqlite.sqlite_batches import SqliteBatches
 from tests.store.conftest import redis_server
 from tests.store.redis_server import RedisServer
 

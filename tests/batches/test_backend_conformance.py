@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Iterator
 import orjson
 import pytest
 
-from sluicegate.batches.backend import (
+from sluicegate.batches.batch_backend import (
     BatchBackend,
     Counts,
     Quota,

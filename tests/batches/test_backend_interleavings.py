@@ -27,7 +27,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from sluicegate.batches.backend import BatchBackend, Claim, Retry
+from sluicegate.batches.batch_backend import BatchBackend, Claim, Retry
 from tests.batches.conftest import (
     BACKENDS,
     LEASE_S,

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from sluicegate.batches.backend import BatchBackend
+from sluicegate.batches.batch_backend import BatchBackend
 from sluicegate.batches.objects import batch_object
 from tests.batches.batch_harness import (
     ENVIRON,

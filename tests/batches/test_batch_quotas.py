@@ -19,8 +19,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from sluicegate.batches.backend import Quota, QuotaExceededError, Swept
-from sluicegate.batches.sqlite_backend import SqliteBatches
+from sluicegate.batches.batch_backend import Quota, QuotaExceededError, Swept
+from sluicegate.batches.sqlite.sqlite_batches import SqliteBatches
 from sluicegate.config import ConfigError, parse_config
 from tests.batches.batch_harness import (
     KEY_A,

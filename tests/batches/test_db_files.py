@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sluicegate.batches.db import Database
+from sluicegate.batches.sqlite.database import Database
 from tests.batches.batch_harness import batch_stack, chat_line, client, upload
 
 SIDES = ("", "-wal", "-shm")

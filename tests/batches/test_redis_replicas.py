@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from sluicegate.batches.objects import new_id
-from sluicegate.batches.redis_backend import RedisBatches
-from sluicegate.batches.redis_lifecycle import CHECK_LEASE_S
+from sluicegate.batches.redis.lifecycle import CHECK_LEASE_S
+from sluicegate.batches.redis.redis_batches import RedisBatches
 from tests.batches.conftest import LEASE_S, NOW, answer, content, line, new_batch, read
 from tests.store.redis_server import RedisServer
 

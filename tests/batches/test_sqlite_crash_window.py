@@ -1,6 +1,6 @@
 """The SQLite backend finishes a batch a crash left between the two commits of completion.
 
-``finish.py`` completes a batch in two commits (``finalizing``, then the files and
+``batches/sqlite/finishing.py`` completes a batch in two commits (``finalizing``, then the files and
 ``completed``); a process killed between them leaves the batch ``finalizing`` with no
 files. Random kills almost never land in that window (milliseconds), so it is made here
 by hand: the first commit's state, written straight into the database file.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import orjson
 
-from sluicegate.batches.sqlite_backend import SqliteBatches
+from sluicegate.batches.sqlite.sqlite_batches import SqliteBatches
 from tests.batches.conftest import LEASE_S, NOW, answer, content, line, new_batch, read
 
 

@@ -32,9 +32,9 @@ import orjson
 import pytest
 import redis
 
-from sluicegate.batches.redis_backend import RedisBatches
+from sluicegate.batches.redis.redis_batches import RedisBatches
 from sluicegate.config import ConfigError, parse_config
-from sluicegate.gateway.batch_lane import open_backend
+from sluicegate.gateway.batch_lane.lane import open_backend
 from tests.batches.batch_harness import CHAT, ENVIRON, KEY_A, KEY_B, chat_line, jsonl
 from tests.gateway.gateway_harness import (
     MODEL,

@@ -18,7 +18,7 @@ from sluicegate.bench import (
     run_load,
     synthetic_prompt,
 )
-from sluicegate.bench.sse import StreamStats, error_code
+from sluicegate.bench.response_parsing import StreamStats, error_code
 from sluicegate.outcomes import WorkloadRequest
 from tests.bench.stub_server import LIMITED_KEY, Stub
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sluicegate.core.backend import BackendState
+from sluicegate.core.backend_state import BackendState
 from sluicegate.core.circuit import CircuitBreaker
 from sluicegate.core.routing import Router
 from sluicegate.core.spec import BackendSpec

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from sluicegate.core.backend import BackendState
+from sluicegate.core.backend_state import BackendState
 from sluicegate.core.entry import Entry
 from sluicegate.core.limits import LIMITS, Limit, SampleKind, make_limit
 from sluicegate.core.policies import ORDERINGS, make_queue, queue_policies

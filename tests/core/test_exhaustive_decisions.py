@@ -1,7 +1,7 @@
 """Decisions are a closed union, so a dispatch that leaves a kind out fails ``mypy --strict``.
 
-Both drivers (the simulator's ``sim/execute.py``, ``gateway/driver.py``) dispatch with ``match`` on
-the decision ending in ``case _: assert_never(decision)`` (DESIGN §3). Here the
+Both drivers (the simulator's ``sim/execute.py``, ``gateway/asyncio_driver.py``) dispatch
+with ``match`` on the decision ending in ``case _: assert_never(decision)`` (DESIGN §3). Here the
 same shape is planted in a scratch module, once with every kind and once without
 each kind in turn, and the project's mypy is run on it against this tree's ``src``.
 """
@@ -88,7 +88,7 @@ def _dispatches(path: Path) -> list[ast.Match]:
     return [node for node in ast.walk(tree) if isinstance(node, ast.Match)]
 
 
-@pytest.mark.parametrize("driver", ["sim/execute.py", "gateway/driver.py"])
+@pytest.mark.parametrize("driver", ["sim/execute.py", "gateway/asyncio_driver.py"])
 def test_both_drivers_dispatch_every_kind_then_assert_never(driver: str) -> None:
     """What makes mypy check the drivers: one case per kind, then ``assert_never``."""
     (match,) = _dispatches(SRC / "sluicegate" / driver)

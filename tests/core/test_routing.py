@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluicegate.core.backend import BackendState
+from sluicegate.core.backend_state import BackendState
 from sluicegate.core.routing import (
     LeastExpectedTimeRouter,
     LeastInflightRouter,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sluicegate.core.backend import BackendSpec
+from sluicegate.core.backend_state import BackendSpec
 from sluicegate.core.decisions import Admit, ErrorCode, Expire, Queued, Reject, Reserve
 from sluicegate.core.entry import State
 from sluicegate.core.ratelimit import TenantRateLimiter

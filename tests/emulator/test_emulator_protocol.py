@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sluicegate.emulator import FakeText
-from sluicegate.emulator.protocol import DEFAULT_MAX_TOKENS, ApiError, parse_request
+from sluicegate.emulator.openai_wire import DEFAULT_MAX_TOKENS, ApiError, parse_request
 
 
 @given(st.text(max_size=200))

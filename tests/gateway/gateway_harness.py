@@ -26,7 +26,7 @@ from sluicegate.emulator import build_app as build_emulator
 from sluicegate.engine import EngineConfig, preset
 from sluicegate.gateway.app import GatewayApp, connection_limits
 from sluicegate.gateway.app import build_app as build_gateway
-from sluicegate.gateway.protocol import uvicorn_protocol_kwargs
+from sluicegate.gateway.edge_protocol import uvicorn_protocol_kwargs
 
 MODEL = "tiny"
 ADMIN_KEY = "admin-secret-canary"

@@ -12,7 +12,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluicegate.gateway.assemble import StreamAssembler, streamable_copy
+from sluicegate.gateway.streams.assemble import StreamAssembler, streamable_copy
 
 
 def _event(payload: object) -> bytes:

@@ -1,4 +1,4 @@
-"""Reassembly keeps every field the engine sent (``gateway/assemble_fields.py``): a random
+"""Reassembly keeps every field the engine sent (``gateway/streams/assemble_fields.py``): a random
 non-streamed answer, streamed as engines stream it, is rebuilt field by field — top-level
 extras, usage details, reasoning, tool calls, log probabilities and ``n`` choices."""
 

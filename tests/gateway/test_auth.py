@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.datastructures import Headers
 
-from sluicegate.gateway.auth import MAX_TOKEN_CHARS, KeyRing, bearer, request_token
+from sluicegate.gateway.request.auth import MAX_TOKEN_CHARS, KeyRing, bearer, request_token
 
 KEYS = {"sk-alpha-canary-1": "alpha", "sk-beta-canary-2": "beta"}
 ADMIN = "admin-canary-3"

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluicegate.core.spec import LaneSpec, ModelSpec, TenantSpec
-from sluicegate.gateway.classify import (
+from sluicegate.gateway.http_errors import GatewayError
+from sluicegate.gateway.request.classify import (
     MAX_ITEMS,
     MAX_TOKENS_LIMIT,
     MESSAGE_OVERHEAD_TOKENS,
@@ -19,7 +20,6 @@ from sluicegate.gateway.classify import (
     estimate_prompt_tokens,
     parse_body,
 )
-from sluicegate.gateway.errors import GatewayError
 
 MODEL = ModelSpec(name="m", lanes=(LaneSpec(name="interactive"), LaneSpec(name="batch")))
 OPEN = TenantSpec(name="open")

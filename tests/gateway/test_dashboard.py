@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sluicegate.gateway.dashboard import ASSETS
+from sluicegate.gateway.ops.dashboard import ASSETS
 from tests.gateway.gateway_harness import (
     ADMIN_KEY,
     Reply,

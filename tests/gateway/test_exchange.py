@@ -11,8 +11,8 @@ from starlette.types import Message
 from sluicegate.config import parse_config
 from sluicegate.core.decisions import Admit
 from sluicegate.core.ticket import Feedback, Outcome, Ticket, TicketId, Usage
-from sluicegate.gateway.errors import GatewayError
-from sluicegate.gateway.exchange import Exchange
+from sluicegate.gateway.http_errors import GatewayError
+from sluicegate.gateway.request.exchange import Exchange
 from sluicegate.gateway.state import GatewayState
 
 CONFIG = """models:

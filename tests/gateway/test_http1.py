@@ -23,14 +23,14 @@ import pytest
 import uvloop
 from aiohttp import web
 
-from sluicegate.gateway.errors import GatewayError
-from sluicegate.gateway.http1 import (
+from sluicegate.gateway.http_errors import GatewayError
+from sluicegate.gateway.upstream.clients import Upstream
+from sluicegate.gateway.upstream.http1 import (
     READ_BUFFER_BYTES,
     Http1Pool,
     StaleConnectionError,
     UpstreamError,
 )
-from sluicegate.gateway.upstream import Upstream
 from tests.hardening.test_upstream_faults import blackhole
 
 BODY = b'{"prompt": "hi"}'

@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 import uvloop
 
-from sluicegate.gateway.errors import GatewayError
-from sluicegate.gateway.http1 import (
+from sluicegate.gateway.http_errors import GatewayError
+from sluicegate.gateway.upstream.clients import Upstream
+from sluicegate.gateway.upstream.http1 import (
     Http1Pool,
     UpstreamLimits,
     UpstreamProtocolError,
 )
-from sluicegate.gateway.upstream import Upstream
 from tests.gateway.test_http1 import (
     BODY,
     HEAD,

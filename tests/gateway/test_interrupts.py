@@ -11,8 +11,8 @@ import pytest
 
 from sluicegate.core.decisions import Preempt, PreemptAction
 from sluicegate.core.ticket import Ticket, TicketId
-from sluicegate.gateway.driver import RunningHandle
-from sluicegate.gateway.interrupts import Interrupt, Interruptible, WaitInterruptedError
+from sluicegate.gateway.asyncio_driver import RunningHandle
+from sluicegate.gateway.request.interrupts import Interrupt, Interruptible, WaitInterruptedError
 from sluicegate.gateway.timer import LazyTimer
 
 

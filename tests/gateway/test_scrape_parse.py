@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sluicegate.emulator.metrics import EmulatorMetrics
+from sluicegate.emulator.vllm_metrics import EmulatorMetrics
 from sluicegate.engine import Engine, preset
-from sluicegate.gateway.scrape import (
+from sluicegate.gateway.upstream.scrape import (
     KV_CAPACITY,
     KV_USAGE,
     WAITING,

@@ -9,8 +9,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluicegate.gateway.scanner import SseScanner
-from sluicegate.gateway.sse import MAX_EVENT_BYTES, SseSplitter
+from sluicegate.gateway.streams.scanner import SseScanner
+from sluicegate.gateway.streams.sse import MAX_EVENT_BYTES, SseSplitter
 
 
 def _event(payload: object) -> bytes:

@@ -183,8 +183,8 @@ def test_a_large_outbox_goes_in_syncs_of_at_most_256_ops_in_order() -> None:
     at most ``MAX_OPS_PER_SYNC`` operations, each model's in the order they were sent."""
     from sluicegate.config import parse_config
     from sluicegate.core.scheduler import Scheduler
-    from sluicegate.gateway.store_link import StoreLink
-    from sluicegate.gateway.store_modes import MAX_OPS_PER_SYNC
+    from sluicegate.gateway.distributed.link_modes import MAX_OPS_PER_SYNC
+    from sluicegate.gateway.distributed.store_link import StoreLink
     from sluicegate.store.redis_store import RedisStore
     from sluicegate.store.types import Drop
 

@@ -21,8 +21,8 @@ import aiohttp
 import orjson
 import pytest
 
-from sluicegate.gateway.auth import MAX_TOKEN_CHARS
-from sluicegate.gateway.classify import MAX_ITEMS, MAX_TOKENS_LIMIT
+from sluicegate.gateway.request.auth import MAX_TOKEN_CHARS
+from sluicegate.gateway.request.classify import MAX_ITEMS, MAX_TOKENS_LIMIT
 from tests.gateway.gateway_harness import (
     ADMIN_KEY,
     Reply,

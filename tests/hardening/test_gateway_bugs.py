@@ -21,8 +21,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from sluicegate.gateway import handlers, relay_unary
-from sluicegate.gateway.scanner import SseScanner
+from sluicegate.gateway.request import handlers, relay_unary
+from sluicegate.gateway.streams.scanner import SseScanner
 from tests.gateway.gateway_harness import (
     FAST_PRIORS,
     MODEL,

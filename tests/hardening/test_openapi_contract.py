@@ -27,7 +27,7 @@ from schemathesis import GenerationMode
 from schemathesis.specs.openapi import checks
 
 from sluicegate.engine import preset
-from sluicegate.gateway.ops import openapi_document
+from sluicegate.gateway.ops.ops_endpoints import openapi_document
 from tests.gateway.gateway_harness import ADMIN_KEY, MODEL, Stack, http_call, stack
 
 KEY = "sk-schemathesis-tenant"
@@ -147,9 +147,12 @@ def test_document_names_every_endpoint_and_error_status() -> None:
 
 
 BATCH_SOURCES = (
-    "gateway/batch_api.py", "gateway/batch_lane.py", "batches/lines.py", "batches/finish.py",
-    "batches/line_store.py",
-)  # fmt: skip
+    "gateway/batch_lane/batch_api.py",
+    "gateway/batch_lane/lane.py",
+    "batches/lines.py",
+    "batches/sqlite/finishing.py",
+    "batches/sqlite/line_rows.py",
+)
 ERROR_CODE = re.compile(
     r"(?:GatewayError\(\s*\d{3},|error_response\(\s*\d{3},|LineError\(\s*[\w.]+,"
     r"|_fail\(\s*batch_id,)\s*\"([a-z_]+)\""

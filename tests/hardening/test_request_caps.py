@@ -10,8 +10,8 @@ import pytest
 from starlette.requests import ClientDisconnect
 from starlette.types import Message
 
-from sluicegate.gateway.body import RequestHead, check_media_type, read_body
-from sluicegate.gateway.errors import GatewayError
+from sluicegate.gateway.http_errors import GatewayError
+from sluicegate.gateway.request.body import RequestHead, check_media_type, read_body
 
 Receive = Callable[[], Awaitable[Message]]
 

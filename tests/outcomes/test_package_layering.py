@@ -11,7 +11,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def module_name(path: Path) -> str:
-    """``src/sluicegate/sim/driver.py`` → ``sluicegate.sim.driver`` (a package: its name)."""
+    """``src/sluicegate/sim/virtual_driver.py`` → ``sluicegate.sim.virtual_driver``."""
     parts = list(path.relative_to(SRC).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -81,9 +81,9 @@ def test_both_build_on_outcomes() -> None:
 @pytest.mark.parametrize(
     "source",
     [
-        "import sluicegate.sim.driver",
+        "import sluicegate.sim.virtual_driver",
         "from sluicegate import sim",
-        "from sluicegate.sim.metrics import summarize",
+        "from sluicegate.sim.run_summary import summarize",
         "def late():\n    from sluicegate.sim import run\n",
         "from ..sim import metrics",
         "from ...sluicegate.sim import metrics",

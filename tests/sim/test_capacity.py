@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from sluicegate.core.component_specs import BackendSpec
 from sluicegate.core.spec import LaneSpec, ModelSpec, SchedulerSpec, TenantSpec
-from sluicegate.engine.config import EngineConfig
+from sluicegate.engine.engine_config import EngineConfig
 from sluicegate.outcomes import WorkloadRequest
 from sluicegate.sim.capacity import (
     MIN_SAMPLE,

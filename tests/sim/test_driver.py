@@ -21,12 +21,12 @@ from sluicegate.core.ticket import Outcome
 from sluicegate.engine import Engine, StepResult, preset
 from sluicegate.outcomes import WorkloadRequest
 from sluicegate.sim import replica as replica_module
-from sluicegate.sim.driver import simulate, with_replicas
 from sluicegate.sim.events import ChainPoint, EventQueue
 from sluicegate.sim.live import SimRequest
-from sluicegate.sim.metrics import summarize
 from sluicegate.sim.replica import Replica
 from sluicegate.sim.result import TOO_LARGE, SimResult
+from sluicegate.sim.run_summary import summarize
+from sluicegate.sim.virtual_driver import simulate, with_replicas
 
 TINY = preset("tiny")
 OUTCOMES = {o.value for o in Outcome} | {TOO_LARGE}

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from sluicegate.cli import app
 from sluicegate.outcomes import WorkloadRequest
-from sluicegate.sim.command import build_workload, workload_options
+from sluicegate.sim.workload_options import build_workload, workload_options
 from sluicegate.sim.workloads import WorkloadError, load_workload, write_jsonl
 from sluicegate.sim.workloads.fields import load_mapped, parse_fields
 

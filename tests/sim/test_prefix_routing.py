@@ -7,8 +7,8 @@ import pytest
 from sluicegate.config import parse_config
 from sluicegate.engine import preset
 from sluicegate.outcomes import WorkloadRequest
-from sluicegate.sim.command import build_workload, workload_options
-from sluicegate.sim.driver import simulate
+from sluicegate.sim.virtual_driver import simulate
+from sluicegate.sim.workload_options import build_workload, workload_options
 from sluicegate.sim.workloads.prefix import parse_prefix_workload, shared_prefix
 
 CONFIG = """\

@@ -36,9 +36,9 @@ import numpy as np
 import pytest
 
 from sluicegate.core.spec import LaneSpec, ModelSpec, SchedulerSpec
-from sluicegate.engine.config import EngineConfig
+from sluicegate.engine.engine_config import EngineConfig
 from sluicegate.outcomes import WorkloadRequest
-from sluicegate.sim.driver import simulate
+from sluicegate.sim.virtual_driver import simulate
 
 MEAN_TOKENS = 1000.0
 SECONDS_PER_TOKEN = 1e-3

@@ -15,10 +15,10 @@ from rich.console import Console
 from sluicegate.config import Config, SimulationSpec, TenantConfig
 from sluicegate.core.spec import LaneSpec, ModelSpec
 from sluicegate.outcomes import RequestOutcome, WorkloadRequest
-from sluicegate.sim.metrics import group_stats, jain_index, summarize
+from sluicegate.sim.comparison import run_comparison
 from sluicegate.sim.report import CSV_COLUMNS, comparison_tables, write_csv, write_json
 from sluicegate.sim.result import SimResult
-from sluicegate.sim.run import run_comparison
+from sluicegate.sim.run_summary import group_stats, jain_index, summarize
 
 LANE = LaneSpec(
     name="main", max_concurrency=4, max_queue=40, queue_timeout_s=5.0, slo_ms=2000.0, policy="fifo"

@@ -1,5 +1,5 @@
 """The simulator report's load figures (offered, capacity, ρ, slot occupancy, KV usage)
-and ``--policy config``, the default (sim/metrics.py, sim/run.py; DESIGN §12)."""
+and ``--policy config``, the default (sim/run_summary.py, sim/comparison.py; DESIGN §12)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from typer.testing import CliRunner
 from sluicegate.cli import app
 from sluicegate.config import Config, SimulationSpec, TenantConfig
 from sluicegate.core.spec import LaneSpec, ModelSpec, SchedulerSpec
-from sluicegate.engine.config import EngineConfig
+from sluicegate.engine.engine_config import EngineConfig
 from sluicegate.outcomes import WorkloadRequest
 from sluicegate.sim.capacity import slot_cap
-from sluicegate.sim.command import DEFAULT_POLICIES
-from sluicegate.sim.driver import simulate
-from sluicegate.sim.metrics import summarize
-from sluicegate.sim.run import run_comparison
+from sluicegate.sim.comparison import run_comparison
+from sluicegate.sim.run_summary import summarize
+from sluicegate.sim.virtual_driver import simulate
+from sluicegate.sim.workload_options import DEFAULT_POLICIES
 
 runner = CliRunner()
 MODEL = "m"

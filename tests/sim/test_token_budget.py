@@ -23,8 +23,8 @@ import pytest
 from sluicegate.core.spec import LaneSpec, ModelSpec, SchedulerSpec
 from sluicegate.engine import preset
 from sluicegate.outcomes import WorkloadRequest
-from sluicegate.sim.driver import simulate
 from sluicegate.sim.result import SimResult
+from sluicegate.sim.virtual_driver import simulate
 from sluicegate.sim.workloads.synthetic import LengthDist, poisson
 
 H100 = preset("llama-3.1-8b-h100")

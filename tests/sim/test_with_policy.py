@@ -1,4 +1,4 @@
-"""``simulate --policy NAME`` (sim/run.py ``with_policy``): every lane of the model runs
+"""``simulate --policy NAME`` (sim/comparison.py ``with_policy``): every lane of the model runs
 NAME as a config naming only that policy would."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sluicegate.core.spec import LaneSpec, ModelSpec, SchedulerSpec
-from sluicegate.sim.run import with_policy
+from sluicegate.sim.comparison import with_policy
 
 MODEL = "m"
 

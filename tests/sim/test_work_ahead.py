@@ -25,8 +25,8 @@ import pytest
 from sluicegate.core.spec import BackendSpec, LaneSpec, ModelSpec, SchedulerSpec, TenantSpec
 from sluicegate.engine import preset
 from sluicegate.outcomes import WorkloadRequest
-from sluicegate.sim.driver import simulate
 from sluicegate.sim.result import SimResult
+from sluicegate.sim.virtual_driver import simulate
 
 TIGHT_MS = 10_000.0
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from sluicegate.cli import app
 from sluicegate.outcomes import WorkloadRequest
-from sluicegate.sim.command import build_workload, workload_options
+from sluicegate.sim.workload_options import build_workload, workload_options
 from sluicegate.sim.workloads.tenants import Burst, TenantLoad, parse_tenant_load, tenant_loads
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 
-from sluicegate.gateway.private_redis import answers_ping
+from sluicegate.gateway.workers.private_redis import answers_ping
 
 __all__ = ["REDIS_SERVER", "RedisServer", "running_redis"]
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from sluicegate.store.errors import StoreUnavailableError
 from sluicegate.store.redis_store import BLOCK_LATENESS_S, RedisStore
+from sluicegate.store.store_errors import StoreUnavailableError
 from sluicegate.store.types import Lease, TenantRates
 from tests.store.redis_server import REDIS_SERVER, RedisServer, running_redis
 from tests.store.store_helpers import MODEL, model_limits, offer

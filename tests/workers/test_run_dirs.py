@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 
 from sluicegate.demo.processes import free_port
-from sluicegate.gateway.run_dirs import OWNER_FILE, PREFIX, remove_stale_run_dirs, start_time
+from sluicegate.gateway.workers.run_dirs import (
+    OWNER_FILE,
+    PREFIX,
+    remove_stale_run_dirs,
+    start_time,
+)
 from tests.distributed.cluster import stop_children, wait_ready
 from tests.workers.fleet import (
     descendants,

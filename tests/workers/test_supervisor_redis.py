@@ -7,8 +7,8 @@ import signal
 import time
 from pathlib import Path
 
-from sluicegate.gateway.private_redis import PrivateRedis, answers_ping
-from sluicegate.gateway.workers import BACKOFF_MIN_S, Supervisor
+from sluicegate.gateway.workers.private_redis import PrivateRedis, answers_ping
+from sluicegate.gateway.workers.supervisor import BACKOFF_MIN_S, Supervisor
 
 REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
 

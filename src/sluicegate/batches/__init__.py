@@ -5,5 +5,5 @@ JSONL a batch is made of, ``objects`` shapes what the API answers, and a
 ``BatchBackend`` (``backend``) keeps every file, batch, line and result
 durably: ``sqlite_backend`` in one SQLite file, ``redis_backend`` in the shared
 store of distributed mode (DESIGN §20). The gateway serves the API
-(``gateway/batch_api.py``) and runs the lines (``gateway/batch_runner.py``).
+(``gateway/batch_lane/batch_api.py``) and runs the lines (``gateway/batch_lane/line_runner.py``).
 """

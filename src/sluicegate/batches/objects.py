@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from sluicegate.batches.backend import Counts, Record
+from sluicegate.batches.batch_backend import Counts, Record
 
 STATUS_TIMES = (
     "in_progress_at",

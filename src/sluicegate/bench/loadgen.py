@@ -33,7 +33,7 @@ from sluicegate.bench.records import (
     STREAM_INTERRUPTED,
     RequestRecord,
 )
-from sluicegate.bench.sse import StreamStats, error_code, parse_float
+from sluicegate.bench.response_parsing import StreamStats, error_code, parse_float
 from sluicegate.outcomes import WorkloadRequest
 
 Endpoint = Literal["chat", "completions"]

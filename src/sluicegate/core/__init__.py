@@ -5,6 +5,7 @@ Nothing in this package performs I/O or reads a clock: every call takes ``now``.
 
 from __future__ import annotations
 
+from sluicegate.core.core_errors import UnknownModelError
 from sluicegate.core.decisions import (
     Admit,
     Decision,
@@ -17,7 +18,6 @@ from sluicegate.core.decisions import (
     Reserve,
 )
 from sluicegate.core.entry import State
-from sluicegate.core.errors import UnknownModelError
 from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.spec import (
     AdaptiveSpec,

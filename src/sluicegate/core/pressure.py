@@ -10,7 +10,7 @@ floor is its whole cap — by default a model's first lane — is never tightene
 poll that fails puts the stage back to 0: without a reading the gateway admits as
 configured rather than guess.
 
-Pure computation: the poller lives in ``gateway/pressure.py``.
+Pure computation: the poller lives in ``gateway/ops/pressure_loop.py``.
 """
 
 from __future__ import annotations

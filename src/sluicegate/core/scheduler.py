@@ -33,9 +33,9 @@ import heapq
 from collections.abc import Mapping
 
 from sluicegate.core.admission import admit_waiting
+from sluicegate.core.core_errors import UnknownModelError
 from sluicegate.core.decisions import Admit, Decision, ErrorCode, Expire, Queued
 from sluicegate.core.entry import Entry, State
-from sluicegate.core.errors import UnknownModelError
 from sluicegate.core.estimate import start_estimate
 from sluicegate.core.intake import (
     learn,

@@ -15,7 +15,7 @@ import struct
 
 import orjson
 
-from sluicegate.emulator.protocol import CHARS_PER_TOKEN, ApiError, parse_body
+from sluicegate.emulator.openai_wire import CHARS_PER_TOKEN, ApiError, parse_body
 
 DIMENSIONS = 16
 """Length of a vector unless the request asks for ``dimensions``."""

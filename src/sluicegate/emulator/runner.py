@@ -18,8 +18,8 @@ import logging
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sluicegate.emulator.metrics import EmulatorMetrics
 from sluicegate.emulator.text import FakeText
+from sluicegate.emulator.vllm_metrics import EmulatorMetrics
 from sluicegate.engine import Engine, StepResult
 
 # Step starts are chained to the modelled timeline (t_{k+1} = t_k + duration_k)

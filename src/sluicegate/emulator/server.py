@@ -35,8 +35,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from sluicegate.emulator.embeddings import embeddings_body, parse_embeddings
-from sluicegate.emulator.metrics import CONTENT_TYPE, EmulatorMetrics
-from sluicegate.emulator.protocol import (
+from sluicegate.emulator.openai_wire import (
     ApiError,
     OpenAIShape,
     error_body,
@@ -50,6 +49,7 @@ from sluicegate.emulator.runner import (
     RequestStream,
     Token,
 )
+from sluicegate.emulator.vllm_metrics import CONTENT_TYPE, EmulatorMetrics
 from sluicegate.engine import Engine, EngineConfig
 from sluicegate.engine.presets import preset as engine_preset
 

@@ -7,7 +7,7 @@ Drivers (the simulator's virtual clock, the emulator's real-time loop) call
 
 from __future__ import annotations
 
-from sluicegate.engine.config import EngineConfig
+from sluicegate.engine.engine_config import EngineConfig
 from sluicegate.engine.lengths import (
     DEFAULT_LENGTH_MODEL,
     OutputLengthModel,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from sluicegate.engine.config import EngineConfig
+from sluicegate.engine.engine_config import EngineConfig
 from sluicegate.engine.prefix_cache import PrefixCache
 from sluicegate.engine.step import SeqState, StepOutput
 

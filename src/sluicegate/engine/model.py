@@ -44,8 +44,8 @@ from collections import deque
 from collections.abc import Sequence
 
 from sluicegate.engine.batch import BatchSchedule
-from sluicegate.engine.config import EngineConfig
 from sluicegate.engine.decode import DecodeRun, apply_run, plan_run
+from sluicegate.engine.engine_config import EngineConfig
 from sluicegate.engine.lengths import DEFAULT_LENGTH_MODEL, OutputLengthModel, resolve_output_tokens
 from sluicegate.engine.prefix_cache import PrefixCache
 from sluicegate.engine.servers import IndependentServers

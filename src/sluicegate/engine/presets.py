@@ -26,7 +26,7 @@ Cross-checks against published serving benchmarks:
 
 from __future__ import annotations
 
-from sluicegate.engine.config import EngineConfig
+from sluicegate.engine.engine_config import EngineConfig
 
 PRESETS: dict[str, EngineConfig] = {
     # Llama-3.1-8B, BF16, 1×H100 80 GB, vLLM defaults (1024 seqs, 8192-token budget).

@@ -13,7 +13,7 @@ import heapq
 from collections import deque
 from collections.abc import Callable
 
-from sluicegate.engine.config import EngineConfig
+from sluicegate.engine.engine_config import EngineConfig
 from sluicegate.engine.step import SeqState, StepOutput
 
 Emit = Callable[[SeqState, StepOutput], None]

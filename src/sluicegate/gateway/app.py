@@ -21,16 +21,16 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from sluicegate.config import Config, ConfigError
-from sluicegate.gateway.admin import NO_STORE_PREFIXES, AdminBatches, no_store
-from sluicegate.gateway.batch_lane import BatchLane, batch_routes_off
+from sluicegate.gateway.batch_lane.lane import BatchLane, batch_routes_off
 from sluicegate.gateway.clock import Clock, OffsetClock
-from sluicegate.gateway.dashboard import Dashboard
-from sluicegate.gateway.errors import error_response
-from sluicegate.gateway.handlers import PATHS, InferenceHandler
-from sluicegate.gateway.ops import Ops
-from sluicegate.gateway.protocol import ConnectionLimits, uvicorn_protocol_kwargs
-from sluicegate.gateway.scrape import poll_forever
+from sluicegate.gateway.edge_protocol import ConnectionLimits, uvicorn_protocol_kwargs
+from sluicegate.gateway.http_errors import error_response
+from sluicegate.gateway.ops.admin import NO_STORE_PREFIXES, AdminBatches, no_store
+from sluicegate.gateway.ops.dashboard import Dashboard
+from sluicegate.gateway.ops.ops_endpoints import Ops
+from sluicegate.gateway.request.handlers import PATHS, InferenceHandler
 from sluicegate.gateway.state import GatewayState
+from sluicegate.gateway.upstream.scrape import poll_forever
 
 
 def metrics_key(config: Config, environ: Mapping[str, str] | None = None) -> str | None:

@@ -10,16 +10,16 @@ from sluicegate.config import Config
 from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.spec import ModelSpec, TenantSpec
 from sluicegate.core.ticket import BackendStats
-from sluicegate.gateway.auth import KeyRing, only_bearer
+from sluicegate.gateway.asyncio_driver import SchedulerDriver
 from sluicegate.gateway.clock import Clock, wall_anchored_clock
-from sluicegate.gateway.driver import SchedulerDriver
-from sluicegate.gateway.errors import GatewayError
-from sluicegate.gateway.metrics import GatewayMetrics
-from sluicegate.gateway.pressure import PressureLoop
-from sluicegate.gateway.pressure_metrics import PressureGauges
-from sluicegate.gateway.store_link import StoreLink
-from sluicegate.gateway.store_metrics import StoreMetrics
-from sluicegate.gateway.upstream import Upstream, upstream_limits
+from sluicegate.gateway.distributed.distributed_metrics import StoreMetrics
+from sluicegate.gateway.distributed.store_link import StoreLink
+from sluicegate.gateway.http_errors import GatewayError
+from sluicegate.gateway.ops.gateway_metrics import GatewayMetrics
+from sluicegate.gateway.ops.pressure_loop import PressureLoop
+from sluicegate.gateway.ops.pressure_metrics import PressureGauges
+from sluicegate.gateway.request.auth import KeyRing, only_bearer
+from sluicegate.gateway.upstream.clients import Upstream, upstream_limits
 from sluicegate.store.keys import default_replica_id
 from sluicegate.store.redis_store import RedisStore
 

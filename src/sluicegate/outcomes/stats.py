@@ -1,6 +1,6 @@
 """The one summary of a group of ``RequestOutcome``: latency percentiles, SLO attainment, goodput.
 
-Both reports build on it: the simulator's (``sim/metrics.py``: ``sluicegate simulate``) and
+Both reports build on it: the simulator's (``sim/run_summary.py``: ``sluicegate simulate``) and
 the load generator's (``bench/analysis.py``: ``sluicegate bench``, the demo), each adding
 only figures that the other cannot measure. Definitions:
 

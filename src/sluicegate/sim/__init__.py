@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from sluicegate.outcomes import WorkloadRequest
-from sluicegate.sim.metrics import Summary, summarize
+from sluicegate.sim.comparison import ComparisonResult, run_comparison
 from sluicegate.sim.result import SimResult
-from sluicegate.sim.run import ComparisonResult, run_comparison
+from sluicegate.sim.run_summary import Summary, summarize
 
 __all__ = [
     "ComparisonResult",

@@ -31,9 +31,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sluicegate.core.spec import SchedulerSpec
-from sluicegate.engine.config import EngineConfig
+from sluicegate.engine.engine_config import EngineConfig
 from sluicegate.outcomes import COMPLETED, WorkloadRequest
-from sluicegate.sim.driver import simulate
+from sluicegate.sim.virtual_driver import simulate
 
 MIN_SAMPLE = 2000
 """Requests in a saturation run at least: on the Azure conversation trace, 2,000 are

@@ -9,7 +9,7 @@ It owns what each decision does to the simulated requests and replicas:
   ``Reserve`` raises (the simulator never runs in distributed mode).
 
 A replica a decision changed is noted in ``touched``; the event loop
-(``sim/driver.py``) resumes it once the instant's decisions are done.
+(``sim/virtual_driver.py``) resumes it once the instant's decisions are done.
 """
 
 from __future__ import annotations

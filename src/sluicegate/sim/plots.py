@@ -18,8 +18,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from sluicegate.outcomes import RequestOutcome
-from sluicegate.sim.metrics import Summary
 from sluicegate.sim.result import SimResult
+from sluicegate.sim.run_summary import Summary
 
 _DPI = 100
 _Loc = Literal["upper left", "upper right", "lower right"]

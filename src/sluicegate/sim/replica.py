@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from itertools import accumulate
 
 from sluicegate.core.ticket import TicketId
-from sluicegate.engine.config import EngineConfig
+from sluicegate.engine.engine_config import EngineConfig
 from sluicegate.engine.model import DecodeRun, Engine, StepResult
 from sluicegate.sim.events import STEP, WAKE, ChainPoint, EventQueue, HeapItem
 from sluicegate.sim.live import SimRequest

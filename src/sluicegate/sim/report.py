@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.table import Table
 
 from sluicegate.outcomes import COMPLETED, LatencyStats, RequestOutcome
-from sluicegate.sim.metrics import GroupStats, Summary
 from sluicegate.sim.result import PREEMPTED, SimResult
+from sluicegate.sim.run_summary import GroupStats, Summary
 
 JsonValue = None | bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"]
 
@@ -199,7 +199,7 @@ def group_table(title: str, groups: Mapping[str, GroupStats | None]) -> Table:
 
 def engine_table(summaries: Sequence[Summary]) -> Table:
     """Load and engine figures per policy: offered, capacity and ρ, slot occupancy
-    against the gateway's cap, KV usage, KV preemptions (``sim/metrics.py`` defines each)."""
+    against the gateway's cap, KV usage, KV preemptions (``sim/run_summary.py`` defines each)."""
     table = Table(title="engines", title_justify="left")
     table.add_column("metric")
     for s in summaries:

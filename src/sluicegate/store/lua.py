@@ -8,7 +8,7 @@ the flag it refuses a script's first such write, so batch data filling a shared 
 took the limits with it (every replica fell back). The limits' own keys are bounded by
 the configuration (waiting and running tickets, one bucket hash per tenant), not by
 what tenants store, so letting them write past ``maxmemory`` costs at most that; batch
-data stays refused (``batches/redis_backend.py`` runs plain scripts). A server that
+data stays refused (``batches/redis/redis_batches.py`` runs plain scripts). A server that
 refuses the flag (Redis 6.2) gets the scripts without it, once, with a warning: there
 limits fall back while Redis is out of memory.
 """

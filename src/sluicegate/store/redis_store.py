@@ -74,10 +74,10 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from sluicegate.store.errors import StoreUnavailableError
 from sluicegate.store.keys import check_replica_id, grants_key, model_base, rate_key
 from sluicegate.store.lua import Call, LimitScripts, sync_args
 from sluicegate.store.resp import RespClient
+from sluicegate.store.store_errors import StoreUnavailableError
 from sluicegate.store.types import (
     Drop,
     GlobalCounts,

@@ -1,16 +1,16 @@
 """Adaptive concurrency limits (DESIGN §5): ``LIMITS`` lists every mode by name.
 
 Each mode is one small ``Limit`` subclass in its own module, holding only its
-rule; the bounds, the clamp and the outcome listener live in ``base.py``.
+rule; the bounds, the clamp and the outcome listener live in ``limit.py``.
 """
 
 from __future__ import annotations
 
 from sluicegate.core.component_specs import AdaptiveSpec
 from sluicegate.core.limits.aimd import AimdLimit
-from sluicegate.core.limits.base import Limit, SampleKind
 from sluicegate.core.limits.gradient import GradientLimit
 from sluicegate.core.limits.kv_cache import KvCacheLimit
+from sluicegate.core.limits.limit import Limit, SampleKind
 from sluicegate.core.limits.slo import SloLimit
 from sluicegate.core.registry import Registry
 

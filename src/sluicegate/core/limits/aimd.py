@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from sluicegate.core.limits.base import Limit, SampleKind, multiplicative_decrease
+from sluicegate.core.limits.limit import Limit, SampleKind, multiplicative_decrease
 
 
 class AimdLimit(Limit):

@@ -35,7 +35,7 @@ time-to-first-token samples only.
 
 from __future__ import annotations
 
-from sluicegate.core.limits.base import Limit, SampleKind
+from sluicegate.core.limits.limit import Limit, SampleKind
 from sluicegate.core.ticket import Feedback, Usage
 
 

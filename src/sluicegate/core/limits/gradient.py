@@ -6,7 +6,7 @@ import math
 from typing import ClassVar
 
 from sluicegate.core.component_specs import AdaptiveSpec
-from sluicegate.core.limits.base import Limit, SampleKind
+from sluicegate.core.limits.limit import Limit, SampleKind
 
 _DRIFT_RATIO = 2.0
 _DRIFT_DECAY = 0.95

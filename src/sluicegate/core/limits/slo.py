@@ -13,7 +13,7 @@ import math
 from typing import ClassVar
 
 from sluicegate.core.component_specs import AdaptiveSpec
-from sluicegate.core.limits.base import Limit, SampleKind, multiplicative_decrease
+from sluicegate.core.limits.limit import Limit, SampleKind, multiplicative_decrease
 
 
 def nearest_rank(samples: list[float], quantile: float) -> float:

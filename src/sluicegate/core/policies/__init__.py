@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sluicegate.core.fair_queue import FairQueue
-from sluicegate.core.policies.base import FairnessFactory, Ordering, single_flow
 from sluicegate.core.policies.fifo import FifoOrdering
 from sluicegate.core.policies.oracle import OracleOrdering
+from sluicegate.core.policies.policy import FairnessFactory, Ordering, single_flow
 from sluicegate.core.policies.priority import PriorityOrdering
 from sluicegate.core.policies.sjf import ShortestJobOrdering
 from sluicegate.core.policies.slack import SlackOrdering

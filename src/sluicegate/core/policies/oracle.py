@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sluicegate.core.entry import Entry
-from sluicegate.core.policies.base import Ordering
+from sluicegate.core.policies.policy import Ordering
 
 
 class OracleOrdering(Ordering):

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sluicegate.core.backend import BackendState
+from sluicegate.core.backend_state import BackendState
 from sluicegate.core.registry import Registry
-from sluicegate.core.routing.base import Router, RouterFactory
 from sluicegate.core.routing.least_expected_time import LeastExpectedTimeRouter
 from sluicegate.core.routing.least_inflight import LeastInflightRouter
 from sluicegate.core.routing.prefix_affinity import PrefixAffinityRouter
 from sluicegate.core.routing.round_robin import RoundRobinRouter
+from sluicegate.core.routing.router import Router, RouterFactory
 
 __all__ = [
     "ROUTERS",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
-from sluicegate.core.backend import BackendState
+from sluicegate.core.backend_state import BackendState
 from sluicegate.core.ticket import Ticket
 
 

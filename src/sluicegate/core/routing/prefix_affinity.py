@@ -8,7 +8,7 @@ import math
 from collections.abc import Sequence
 from typing import ClassVar
 
-from sluicegate.core.backend import BackendState
+from sluicegate.core.backend_state import BackendState
 from sluicegate.core.routing.least_inflight import LeastInflightRouter
 from sluicegate.core.ticket import Ticket
 

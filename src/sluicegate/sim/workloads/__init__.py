@@ -14,7 +14,6 @@ are pure, and random ones are deterministic for a seed.
 
 from __future__ import annotations
 
-from sluicegate.sim.workloads.errors import WorkloadError
 from sluicegate.sim.workloads.jsonl import load_jsonl, write_jsonl
 from sluicegate.sim.workloads.mix import SHARE_TOLERANCE, MixEntry, MixError, apply_mix, parse_mix
 from sluicegate.sim.workloads.synthetic import (
@@ -42,6 +41,7 @@ from sluicegate.sim.workloads.transform import (
     shift,
     window,
 )
+from sluicegate.sim.workloads.workload_errors import WorkloadError
 
 __all__ = [
     "DEFAULT_OUTPUT",

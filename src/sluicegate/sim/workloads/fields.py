@@ -22,7 +22,7 @@ Names (``arrival``, ``prompt`` and ``output`` are required):
 
 Columns not mapped are ignored. The format is JSONL when the file ends in
 ``.jsonl``/``.ndjson`` or starts with ``{``, else CSV with a header row. Every
-error is a :class:`~sluicegate.sim.workloads.errors.WorkloadError` naming the file,
+error is a :class:`~sluicegate.sim.workloads.workload_errors.WorkloadError` naming the file,
 the line (the CSV header is line 1) and the field.
 """
 
@@ -38,13 +38,13 @@ from pathlib import Path
 from typing import Any
 
 from sluicegate.outcomes import WorkloadRequest
-from sluicegate.sim.workloads.errors import WorkloadError
 from sluicegate.sim.workloads.jsonl import json_lines
 from sluicegate.sim.workloads.transform import (
     MaxTokensPolicy,
     check_max_tokens_policy,
     resolve_max_tokens,
 )
+from sluicegate.sim.workloads.workload_errors import WorkloadError
 
 __all__ = ["FIELD_NAMES", "FieldMap", "load_mapped", "parse_fields"]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sluicegate.outcomes import WorkloadRequest
-from sluicegate.sim.workloads.errors import WorkloadError, backwards
+from sluicegate.sim.workloads.workload_errors import WorkloadError, backwards
 
 __all__ = ["json_lines", "load_jsonl", "write_jsonl"]
 

@@ -2,7 +2,7 @@
 
 This module reads the CSV traces and picks a file's format (``load_workload``);
 reading and writing our JSONL is ``jsonl.py``'s job, and the error every loader
-raises is in ``errors.py``.
+raises is in ``workload_errors.py``.
 
 Every loader returns a ``list[WorkloadRequest]`` sorted by ``arrival_s`` and
 checks the file as it reads it. Any problem raises :class:`WorkloadError`, whose
@@ -43,13 +43,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from sluicegate.outcomes import WorkloadRequest
-from sluicegate.sim.workloads.errors import WorkloadError, backwards
 from sluicegate.sim.workloads.jsonl import load_jsonl
 from sluicegate.sim.workloads.transform import (
     MaxTokensPolicy,
     check_max_tokens_policy,
     resolve_max_tokens,
 )
+from sluicegate.sim.workloads.workload_errors import WorkloadError, backwards
 
 __all__ = ["load_azure_csv", "load_burstgpt_csv", "load_workload"]
 

@@ -1,0 +1,1 @@
+"""The distributed batch backend: ``RedisBatches``, in distributed mode's shared Redis."""

@@ -1,0 +1,1 @@
+"""The embedded batch backend: one SQLite file (WAL) behind ``SqliteBatches``."""

@@ -1,0 +1,1 @@
+"""Commands that talk to a running gateway over HTTP: ``sluicegate batch``, ``sluicegate drain``."""

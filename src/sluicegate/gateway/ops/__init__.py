@@ -1,0 +1,1 @@
+"""Operations: health, readiness, admin, Prometheus metrics, the dashboard, the pressure loop."""

@@ -1,0 +1,4 @@
+"""OpenAI event streams: split into events, accounted, and reassembled into one answer.
+
+Pure byte and JSON handling: no sockets, no scheduler. Imported by ``gateway.request``.
+"""
