@@ -23,6 +23,7 @@ from tests.batches.conftest import (
     NOW,
     RETENTION_S,
     answer,
+    batch_over,
     content,
     line,
     new_batch,
@@ -89,10 +90,11 @@ async def test_batches_are_created_listed_and_cancelled_per_tenant(backend: Batc
     file = await backend.create_file("t1", "batch", "in.jsonl", 5, [line("a")], NOW)
     ids = []
     for i in range(3):
-        row = await backend.create_batch(
-            "t1", file["id"], "/v1/chat/completions", "1h", 3600, "batch", {"n": str(i)}, NOW
-        )
+        row = await backend.create_batch(batch_over(file, lane="batch", metadata={"n": str(i)}))
         assert row["status"] == "validating"
+        assert (row["tenant"], row["input_file_id"]) == ("t1", file["id"])
+        assert (row["endpoint"], row["completion_window"]) == (ENDPOINT, "3600s")
+        assert row["created_at"] == NOW
         assert row["expires_at"] == NOW + 3600
         assert row["lane"] == "batch"
         assert orjson.loads(row["metadata"]) == {"n": str(i)}
@@ -178,9 +180,7 @@ async def test_validation_fails_a_batch_that_cannot_run(
 async def test_validation_fails_when_the_input_was_deleted(backend: BatchBackend) -> None:
     """A batch whose input file is deleted before it is checked fails."""
     file = await backend.create_file("t1", "batch", "in.jsonl", 5, [line("a")], NOW)
-    row = await backend.create_batch(
-        "t1", file["id"], "/v1/chat/completions", "1h", 3600, "best_effort", None, NOW
-    )
+    row = await backend.create_batch(batch_over(file))
     assert await backend.delete_file("t1", file["id"])
     assert await backend.validate_pending(read, NOW) == [(row["id"], "failed")]
 
@@ -425,24 +425,16 @@ async def test_active_batches_are_bounded_until_one_ends(backend: BatchBackend) 
     theirs = await backend.create_file("t2", "batch", "in", 5, [line("a")], NOW)
     ids = []
     for window_s in (600, 300):
-        row = await backend.create_batch(
-            "t1", file["id"], ENDPOINT, f"{window_s}s", window_s, "b", None, NOW, quota=quota
-        )
+        row = await backend.create_batch(batch_over(file, window_s=window_s), quota=quota)
         ids.append(row["id"])
-    refused = await _refused(
-        backend.create_batch("t1", file["id"], ENDPOINT, "1h", 3600, "b", None, NOW, quota=quota)
-    )
+    refused = await _refused(backend.create_batch(batch_over(file), quota=quota))
     assert (refused.kind, refused.limit, refused.retry_at) == ("active_batches", 2, NOW + 300)
-    await backend.create_batch(
-        "t2", theirs["id"], ENDPOINT, "1h", 3600, "b", None, NOW, quota=quota
-    )
+    await backend.create_batch(batch_over(theirs), quota=quota)
     await backend.validate_pending(read, NOW + 1)
     await backend.cancel_batch("t1", ids[0], NOW + 2)
-    await _refused(
-        backend.create_batch("t1", file["id"], ENDPOINT, "1h", 3600, "b", None, NOW, quota=quota)
-    )
+    await _refused(backend.create_batch(batch_over(file), quota=quota))
     assert (ids[0], "cancelled") in await backend.finish_due(NOW + 3)
-    await backend.create_batch("t1", file["id"], ENDPOINT, "1h", 3600, "b", None, NOW, quota=quota)
+    await backend.create_batch(batch_over(file), quota=quota)
 
 
 async def test_output_files_count_against_the_tenant_and_expire(retained: BatchBackend) -> None:
@@ -499,7 +491,7 @@ async def test_a_batch_whose_input_expired_still_runs_its_lines(backend: BatchBa
     file = await backend.create_file(
         "t1", "batch", "in", 5, [line("a"), line("b")], NOW, expires_at=NOW + 5
     )
-    batch = await backend.create_batch("t1", file["id"], ENDPOINT, "1h", 3600, "b", None, NOW)
+    batch = await backend.create_batch(batch_over(file))
     await backend.validate_pending(read, NOW + 1)
     assert await backend.sweep(NOW + 5, None, 10) == Swept(files=1)
     claims = await backend.claim("m1", "A", 10, NOW + 6, LEASE_S)

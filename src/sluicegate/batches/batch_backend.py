@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import orjson
+
 from sluicegate.batches.lines import LineError, LineRequest
 
 Record = dict[str, Any]
@@ -81,6 +83,38 @@ class QuotaExceededError(Exception):
         self.kind = kind
         self.limit = limit
         self.retry_at = retry_at
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewBatch:
+    """A batch a tenant asks for: over its file ``input_file_id``, for ``endpoint``, run in
+    ``lane``, within ``window`` (as asked, such as ``24h``; ``window_s`` in seconds), with
+    the tenant's ``metadata``; asked at ``now``."""
+
+    tenant: str
+    input_file_id: str
+    endpoint: str
+    window: str
+    window_s: int
+    lane: str
+    metadata: dict[str, str] | None
+    now: int
+
+    def columns(self, batch_id: str) -> Record:
+        """Its stored columns as the new ``validating`` batch ``batch_id`` (those both
+        backends write when it is created; the others start empty)."""
+        return {
+            "id": batch_id,
+            "tenant": self.tenant,
+            "endpoint": self.endpoint,
+            "input_file_id": self.input_file_id,
+            "completion_window": self.window,
+            "lane": self.lane,
+            "status": "validating",
+            "metadata": None if self.metadata is None else orjson.dumps(self.metadata).decode(),
+            "created_at": self.now,
+            "expires_at": self.now + self.window_s,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,20 +228,8 @@ class BatchBackend(Protocol):
     async def delete_file(self, tenant: str, file_id: str) -> bool:
         """Delete the tenant's file; whether there was one."""
 
-    async def create_batch(
-        self,
-        tenant: str,
-        input_file_id: str,
-        endpoint: str,
-        window: str,
-        window_s: int,
-        lane: str,
-        metadata: dict[str, str] | None,
-        now: int,
-        *,
-        quota: Quota = NO_QUOTA,
-    ) -> Record:
-        """A new ``validating`` batch (``QuotaExceededError`` if the tenant has
+    async def create_batch(self, batch: NewBatch, *, quota: Quota = NO_QUOTA) -> Record:
+        """``batch``, stored as a new ``validating`` batch (``QuotaExceededError`` if the tenant has
         ``quota.max_active_batches`` batches not yet over)."""
 
     async def get_batch(self, tenant: str, batch_id: str) -> Record | None:

@@ -37,7 +37,6 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry as RedisRetry
 from redis.backoff import NoBackoff
@@ -51,6 +50,7 @@ from sluicegate.batches.batch_backend import (
     Claim,
     Counts,
     LineReader,
+    NewBatch,
     Progress,
     Quota,
     Record,
@@ -222,40 +222,15 @@ class RedisBatches:
         """See ``BatchBackend``."""
         return bool(await self._run("delete_file", file_id, tenant, ""))
 
-    async def create_batch(
-        self,
-        tenant: str,
-        input_file_id: str,
-        endpoint: str,
-        window: str,
-        window_s: int,
-        lane: str,
-        metadata: dict[str, str] | None,
-        now: int,
-        *,
-        quota: Quota = NO_QUOTA,
-    ) -> Record:
+    async def create_batch(self, batch: NewBatch, *, quota: Quota = NO_QUOTA) -> Record:
         """See ``BatchBackend``."""
-        batch_id = new_id("batch_")
         row: Record = dict.fromkeys(BATCH_COLUMNS)
-        row.update(
-            id=batch_id,
-            tenant=tenant,
-            endpoint=endpoint,
-            input_file_id=input_file_id,
-            completion_window=window,
-            lane=lane,
-            status="validating",
-            metadata=None if metadata is None else orjson.dumps(metadata).decode(),
-            total=0,
-            created_at=now,
-            expires_at=now + window_s,
-        )
+        row.update(batch.columns(new_id("batch_")), total=0)
         fields = [str(x) for k, v in row.items() if v is not None and k != "seq" for x in (k, v)]
         limit = quota.max_active_batches
         seq = await self._run(
-            "create", "batch", batch_id, tenant, "" if limit is None else limit, now + window_s,
-            *fields,
+            "create", "batch", row["id"], batch.tenant, "" if limit is None else limit,
+            row["expires_at"], *fields,
         )  # fmt: skip
         if isinstance(seq, list):
             raise refusal(seq, limit)

@@ -20,6 +20,7 @@ from sluicegate.batches.batch_backend import (
     Claim,
     Counts,
     LineReader,
+    NewBatch,
     Progress,
     Quota,
     Record,
@@ -120,32 +121,9 @@ class SqliteBatches:
         """See ``BatchBackend``."""
         return await self._call(self._files.delete, tenant, file_id)
 
-    async def create_batch(
-        self,
-        tenant: str,
-        input_file_id: str,
-        endpoint: str,
-        window: str,
-        window_s: int,
-        lane: str,
-        metadata: dict[str, str] | None,
-        now: int,
-        *,
-        quota: Quota = NO_QUOTA,
-    ) -> Record:
+    async def create_batch(self, batch: NewBatch, *, quota: Quota = NO_QUOTA) -> Record:
         """See ``BatchBackend``."""
-        return await self._call(
-            self._batches.create,
-            tenant,
-            input_file_id,
-            endpoint,
-            window,
-            window_s,
-            lane,
-            metadata,
-            now,
-            quota,
-        )
+        return await self._call(self._batches.create, batch, quota)
 
     async def get_batch(self, tenant: str, batch_id: str) -> Record | None:
         """See ``BatchBackend``."""

@@ -23,7 +23,13 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Message
 
-from sluicegate.batches.batch_backend import BatchBackend, Counts, QuotaExceededError, Record
+from sluicegate.batches.batch_backend import (
+    BatchBackend,
+    Counts,
+    NewBatch,
+    QuotaExceededError,
+    Record,
+)
 from sluicegate.batches.batches_config import BatchesSpec, window_seconds
 from sluicegate.batches.lines import ENDPOINTS
 from sluicegate.batches.objects import batch_object, file_object
@@ -281,17 +287,17 @@ class BatchApi:
                 param="input_file_id",
             )
         try:
-            row = await self.backend.create_batch(
-                tenant,
-                file_id,
-                endpoint,
-                window,
-                window_s,
-                lane,
-                metadata,
-                int(time.time()),
-                quota=self.spec.quota.of(tenant),
+            batch = NewBatch(
+                tenant=tenant,
+                input_file_id=file_id,
+                endpoint=endpoint,
+                window=window,
+                window_s=window_s,
+                lane=lane,
+                metadata=metadata,
+                now=int(time.time()),
             )
+            row = await self.backend.create_batch(batch, quota=self.spec.quota.of(tenant))
         except QuotaExceededError as exc:
             raise quota_refusal(exc, self.spec) from None
         return _json(batch_object(row, Counts()))
