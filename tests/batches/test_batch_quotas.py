@@ -34,6 +34,7 @@ from tests.batches.batch_harness import (
     upload,
     wait_batch,
 )
+from tests.batches.conftest import file_of
 from tests.gateway.gateway_harness import Stack, wait_until
 
 QUOTAS = """  quota:
@@ -234,9 +235,9 @@ async def test_a_version_1_database_gets_expiry_and_quotas(tmp_path: Path) -> No
         assert old is not None
         assert old["expires_at"] == 1100
         with pytest.raises(QuotaExceededError):
-            await backend.create_file("a", "batch", "n", 1, [b"x"], 1050, quota=Quota(500))
+            await backend.create_file(file_of("a", "n", 1, 1050), [b"x"], quota=Quota(500))
         assert await backend.sweep(1100, None, 10) == Swept(files=1)
-        await backend.create_file("a", "batch", "n", 1, [b"x"], 1100, quota=Quota(500))
+        await backend.create_file(file_of("a", "n", 1, 1100), [b"x"], quota=Quota(500))
     finally:
         await backend.close()
 

@@ -86,6 +86,33 @@ class QuotaExceededError(Exception):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class NewFile:
+    """A file to store: the tenant's, for ``purpose``, named ``filename``, of ``size`` bytes
+    (its lines and their newlines), stored at ``now`` and gone at ``expires_at`` (None:
+    kept)."""
+
+    tenant: str
+    purpose: str
+    filename: str
+    size: int
+    now: int
+    expires_at: int | None = None
+
+    def columns(self, file_id: str, lines: int) -> Record:
+        """Its stored columns as the file ``file_id`` of ``lines`` lines."""
+        return {
+            "id": file_id,
+            "tenant": self.tenant,
+            "purpose": self.purpose,
+            "filename": self.filename,
+            "bytes": self.size,
+            "lines": lines,
+            "created_at": self.now,
+            "expires_at": self.expires_at,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NewBatch:
     """A batch a tenant asks for: over its file ``input_file_id``, for ``endpoint``, run in
     ``lane``, within ``window`` (as asked, such as ``24h``; ``window_s`` in seconds), with
@@ -196,20 +223,11 @@ class BatchBackend(Protocol):
         """Disconnect."""
 
     async def create_file(
-        self,
-        tenant: str,
-        purpose: str,
-        filename: str,
-        size: int,
-        lines: Iterable[bytes],
-        now: int,
-        *,
-        expires_at: int | None = None,
-        quota: Quota = NO_QUOTA,
+        self, file: NewFile, lines: Iterable[bytes], *, quota: Quota = NO_QUOTA
     ) -> Record:
-        """Store a file whose content is ``lines`` (without newlines), gone at ``expires_at``.
+        """Store ``file``, whose content is ``lines`` (without newlines).
 
-        ``size`` is reserved against the tenant's quota before a line is stored
+        Its ``size`` is reserved against the tenant's quota before a line is stored
         (``QuotaExceededError`` if it does not fit); the lines are written in steps, so other
         calls go between them. An exception raised by ``lines`` stores nothing, frees the
         reservation and propagates."""

@@ -51,6 +51,7 @@ from sluicegate.batches.batch_backend import (
     Counts,
     LineReader,
     NewBatch,
+    NewFile,
     Progress,
     Quota,
     Record,
@@ -146,34 +147,15 @@ class RedisBatches:
             self._client = None
 
     async def create_file(
-        self,
-        tenant: str,
-        purpose: str,
-        filename: str,
-        size: int,
-        lines: Iterable[bytes],
-        now: int,
-        *,
-        expires_at: int | None = None,
-        quota: Quota = NO_QUOTA,
+        self, file: NewFile, lines: Iterable[bytes], *, quota: Quota = NO_QUOTA
     ) -> Record:
         """See ``BatchBackend``: the size is reserved, then the lines go to a list that
         expires until the file exists."""
         assert self._retention is not None
         file_id = new_id("file-")
         key = self._key("fl:", file_id)
-        await self._retention.reserve(tenant, file_id, size, quota, now)
+        await self._retention.reserve(file, file_id, quota)
         source, count = iter(lines), 0
-        row: Record = {
-            "id": file_id,
-            "tenant": tenant,
-            "purpose": purpose,
-            "filename": filename,
-            "bytes": size,
-            "lines": 0,
-            "created_at": now,
-            "expires_at": expires_at,
-        }
         try:
             while chunk := await asyncio.to_thread(take_chunk, source):
                 async with self._redis.pipeline(transaction=False) as pipe:
@@ -181,10 +163,10 @@ class RedisBatches:
                     pipe.expire(key, UPLOAD_TTL_S)
                     await pipe.execute()
                 count += len(chunk)
-            row["lines"] = count
+            row = file.columns(file_id, count)
             fields = [str(part) for pair in row.items() if pair[1] is not None for part in pair]
-            expires = "" if expires_at is None else str(expires_at)
-            seq = await self._run("create", "file", file_id, tenant, "", expires, *fields)
+            expires = "" if file.expires_at is None else str(file.expires_at)
+            seq = await self._run("create", "file", file_id, file.tenant, "", expires, *fields)
             if seq is None:
                 raise RuntimeError("the upload's reservation was swept before it finished")
         except BaseException as exc:

@@ -17,7 +17,13 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from sluicegate.batches.batch_backend import UPLOAD_TTL_S, Quota, QuotaExceededError, Swept
+from sluicegate.batches.batch_backend import (
+    UPLOAD_TTL_S,
+    NewFile,
+    Quota,
+    QuotaExceededError,
+    Swept,
+)
 from sluicegate.batches.redis.batch_scripts import BatchScripts
 from sluicegate.batches.redis.lifecycle import as_str
 
@@ -40,12 +46,13 @@ class RedisRetention:
         self.base = scripts.base
         self._run = scripts.run
 
-    async def reserve(self, tenant: str, file_id: str, size: int, quota: Quota, now: int) -> None:
-        """Hold ``size`` bytes and one file of the tenant's quota for an upload;
-        ``QuotaExceededError`` if they do not fit."""
+    async def reserve(self, file: NewFile, file_id: str, quota: Quota) -> None:
+        """Hold ``file.size`` bytes and one file of the tenant's quota for the upload
+        ``file_id``; ``QuotaExceededError`` if they do not fit."""
         reply = await self._run(
-            "reserve", tenant, file_id, size, now, _limit(quota.max_bytes), _limit(quota.max_files)
-        )
+            "reserve", file.tenant, file_id, file.size, file.now,
+            _limit(quota.max_bytes), _limit(quota.max_files),
+        )  # fmt: skip
         if isinstance(reply, list):
             kind = as_str(reply[0])
             raise refusal(reply, quota.max_files if kind == "files" else quota.max_bytes)

@@ -11,7 +11,7 @@ from sluicegate.batches.batch_backend import (
     Record,
 )
 from sluicegate.batches.objects import ACTIVE, new_id
-from sluicegate.batches.sqlite.database import Database
+from sluicegate.batches.sqlite.database import Rows, insert
 
 _ACTIVE = ",".join(f"'{status}'" for status in ACTIVE)
 _TERMINAL = ",".join(f"'{status}'" for status in TERMINAL)
@@ -25,11 +25,8 @@ COUNTS = (
 """Lines of a batch answered well (completed) and not (failed), and the tokens they used."""
 
 
-class BatchStore:
+class BatchStore(Rows):
     """The batches of one tenant at a time; every change committed before it returns."""
-
-    def __init__(self, db: Database) -> None:
-        self.db = db
 
     def create(self, batch: NewBatch, quota: Quota) -> Record:
         """``batch`` as a new batch, ``validating``: the runner checks its lines next.
@@ -46,9 +43,7 @@ class BatchStore:
                 ).fetchone()
                 if active >= limit:
                     raise QuotaExceededError("active_batches", limit, soonest)
-            names = ", ".join(columns)
-            marks = ", ".join("?" * len(columns))
-            conn.execute(f"INSERT INTO batches ({names}) VALUES ({marks})", tuple(columns.values()))
+            insert(conn, "batches", columns)
         row = self.get(batch.tenant, columns["id"])
         assert row is not None
         return row

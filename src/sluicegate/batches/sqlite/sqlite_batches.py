@@ -21,6 +21,7 @@ from sluicegate.batches.batch_backend import (
     Counts,
     LineReader,
     NewBatch,
+    NewFile,
     Progress,
     Quota,
     Record,
@@ -79,26 +80,15 @@ class SqliteBatches:
         self._thread.shutdown(wait=True)
 
     async def create_file(
-        self,
-        tenant: str,
-        purpose: str,
-        filename: str,
-        size: int,
-        lines: Iterable[bytes],
-        now: int,
-        *,
-        expires_at: int | None = None,
-        quota: Quota = NO_QUOTA,
+        self, file: NewFile, lines: Iterable[bytes], *, quota: Quota = NO_QUOTA
     ) -> Record:
         """See ``BatchBackend``: reserve, then one call per chunk of lines, then commit."""
-        file_id = await self._call(self._files.reserve, tenant, size, quota, now)
+        file_id = await self._call(self._files.reserve, file, quota)
         source, count = iter(lines), 0
         try:
             while written := await self._call(self._files.write, file_id, source, count):
                 count += written
-            return await self._call(
-                self._files.commit, file_id, tenant, purpose, filename, count, now, expires_at
-            )
+            return await self._call(self._files.commit, file_id, file, count)
         except BaseException:
             await asyncio.shield(self._call(self._files.abandon, file_id))
             raise

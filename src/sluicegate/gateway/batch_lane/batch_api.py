@@ -27,6 +27,7 @@ from sluicegate.batches.batch_backend import (
     BatchBackend,
     Counts,
     NewBatch,
+    NewFile,
     QuotaExceededError,
     Record,
 )
@@ -181,16 +182,10 @@ class BatchApi:
             until = expires_at(form, self.spec, now)
             upload.file.seek(0)
             lines = bounded_lines(upload.file, self.spec.max_lines, self.spec.max_line_bytes)
-            row = await self.backend.create_file(
-                tenant,
-                "batch",
-                name,
-                size,
-                lines,
-                now,
-                expires_at=until,
-                quota=self.spec.quota.of(tenant),
+            file = NewFile(
+                tenant=tenant, purpose="batch", filename=name, size=size, now=now, expires_at=until
             )
+            row = await self.backend.create_file(file, lines, quota=self.spec.quota.of(tenant))
         except QuotaExceededError as exc:
             raise quota_refusal(exc, self.spec) from None
         finally:
