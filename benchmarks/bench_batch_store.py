@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.store.redis_server import running_redis
 
 from mdsection import write_section
-from sluicegate.batches.batch_backend import BatchBackend, Result
+from sluicegate.batches.batch_backend import BatchBackend, NewBatch, NewFile, Result
 from sluicegate.batches.lines import LineError, LineRequest, read_line
 from sluicegate.batches.redis.redis_batches import RedisBatches
 from sluicegate.batches.sqlite.sqlite_batches import SqliteBatches
@@ -63,8 +63,20 @@ async def _timed(step: Awaitable[T]) -> tuple[float, T]:
 
 async def measure(backend: BatchBackend, lines: list[bytes], rounds: int) -> list[float]:
     """The figures of ``COLUMNS`` for one opened backend."""
-    upload, file = await _timed(backend.create_file("t", "batch", "in", 1, lines, 0))
-    await backend.create_batch("t", file["id"], ENDPOINT, "24h", 86400, "best_effort", None, 0)
+    asked = NewFile(tenant="t", purpose="batch", filename="in", size=1, now=0)
+    upload, file = await _timed(backend.create_file(asked, lines))
+    await backend.create_batch(
+        NewBatch(
+            tenant="t",
+            input_file_id=file["id"],
+            endpoint=ENDPOINT,
+            window="24h",
+            window_s=86400,
+            lane="best_effort",
+            metadata=None,
+            now=0,
+        )
+    )
     validate, _ = await _timed(backend.validate_pending(_read, 0))
     one, many, record, progress = [], [], [], []
     for _ in range(rounds):

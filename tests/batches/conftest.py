@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from sluicegate.batches.batch_backend import BatchBackend, Claim, Result
+from sluicegate.batches.batch_backend import BatchBackend, Claim, NewBatch, NewFile, Record, Result
 from sluicegate.batches.lines import LineError, LineRequest, read_line
 from sluicegate.batches.objects import new_id
 from sluicegate.batches.redis.redis_batches import RedisBatches
@@ -83,14 +83,52 @@ def line(custom_id: str, model: str = "m1") -> bytes:
     return orjson.dumps({"custom_id": custom_id, "method": "POST", "url": ENDPOINT, "body": body})
 
 
+def file_of(
+    tenant: str,
+    filename: str,
+    size: int,
+    now: int = NOW,
+    *,
+    purpose: str = "batch",
+    expires_at: int | None = None,
+) -> NewFile:
+    """A file of ``tenant``'s to store (``purpose`` batch unless told)."""
+    return NewFile(
+        tenant=tenant,
+        purpose=purpose,
+        filename=filename,
+        size=size,
+        now=now,
+        expires_at=expires_at,
+    )
+
+
+def batch_over(
+    file: Record,
+    *,
+    window_s: int = 3600,
+    lane: str = "best_effort",
+    metadata: dict[str, str] | None = None,
+) -> NewBatch:
+    """A batch of ``file``'s tenant over ``file`` for ``ENDPOINT``, asked at ``NOW``."""
+    return NewBatch(
+        tenant=file["tenant"],
+        input_file_id=file["id"],
+        endpoint=ENDPOINT,
+        window=f"{window_s}s",
+        window_s=window_s,
+        lane=lane,
+        metadata=metadata,
+        now=NOW,
+    )
+
+
 async def new_batch(
     backend: BatchBackend, lines: list[bytes], tenant: str = "t1", window_s: int = 3600
 ) -> str:
     """A ``validating`` batch of these input lines; its id."""
-    file = await backend.create_file(tenant, "batch", "in.jsonl", 100, lines, NOW)
-    batch = await backend.create_batch(
-        tenant, file["id"], ENDPOINT, f"{window_s}s", window_s, "best_effort", None, NOW
-    )
+    file = await backend.create_file(file_of(tenant, "in.jsonl", 100), lines)
+    batch = await backend.create_batch(batch_over(file, window_s=window_s))
     return str(batch["id"])
 
 

@@ -23,7 +23,9 @@ from tests.batches.conftest import (
     NOW,
     RETENTION_S,
     answer,
+    batch_over,
     content,
+    file_of,
     line,
     new_batch,
     read,
@@ -36,12 +38,12 @@ async def test_files_are_stored_listed_paged_and_deleted_per_tenant(
     """A file keeps its lines in order; listing is newest first with ``after`` and
     ``has_more``; another tenant sees nothing and deletes nothing."""
     lines = [f"line {i}".encode() for i in range(2500)]
-    first = await backend.create_file("t1", "batch", "a.jsonl", 123, lines, NOW)
+    first = await backend.create_file(file_of("t1", "a.jsonl", 123), lines)
     assert first["lines"] == 2500
     assert first["bytes"] == 123
     assert first["filename"] == "a.jsonl"
-    second = await backend.create_file("t1", "batch", "b.jsonl", 1, [b"x"], NOW + 1)
-    third = await backend.create_file("t1", "other", "c.jsonl", 1, [b"y"], NOW + 2)
+    second = await backend.create_file(file_of("t1", "b.jsonl", 1, NOW + 1), [b"x"])
+    third = await backend.create_file(file_of("t1", "c.jsonl", 1, NOW + 2, purpose="other"), [b"y"])
     assert await backend.get_file("t1", first["id"]) == first
     assert await backend.get_file("t2", first["id"]) is None
     assert await backend.get_file("t1", "file-nope") is None
@@ -59,7 +61,7 @@ async def test_files_are_stored_listed_paged_and_deleted_per_tenant(
     assert more
     assert await backend.list_files("t2", None, None, 10) == ([], False)
     assert await backend.list_files("t1", None, "file-gone", 10) == ([], False)
-    theirs = await backend.create_file("t2", "batch", "t.jsonl", 1, [b"z"], NOW + 3)
+    theirs = await backend.create_file(file_of("t2", "t.jsonl", 1, NOW + 3), [b"z"])
     assert await backend.list_files("t1", None, theirs["id"], 10) == ([], False)
 
     assert not await backend.delete_file("t2", first["id"])
@@ -79,20 +81,21 @@ async def test_a_failing_upload_stores_nothing(backend: BatchBackend) -> None:
         raise ValueError("upload broke")
 
     with pytest.raises(ValueError, match="upload broke"):
-        await backend.create_file("t1", "batch", "a.jsonl", 10, lines(), NOW)
+        await backend.create_file(file_of("t1", "a.jsonl", 10), lines())
     assert await backend.list_files("t1", None, None, 10) == ([], False)
 
 
 async def test_batches_are_created_listed_and_cancelled_per_tenant(backend: BatchBackend) -> None:
     """A batch starts ``validating``; listing pages newest first; cancel moves an unfinished
     batch to ``cancelling`` once; another tenant's batch is None."""
-    file = await backend.create_file("t1", "batch", "in.jsonl", 5, [line("a")], NOW)
+    file = await backend.create_file(file_of("t1", "in.jsonl", 5), [line("a")])
     ids = []
     for i in range(3):
-        row = await backend.create_batch(
-            "t1", file["id"], "/v1/chat/completions", "1h", 3600, "batch", {"n": str(i)}, NOW
-        )
+        row = await backend.create_batch(batch_over(file, lane="batch", metadata={"n": str(i)}))
         assert row["status"] == "validating"
+        assert (row["tenant"], row["input_file_id"]) == ("t1", file["id"])
+        assert (row["endpoint"], row["completion_window"]) == (ENDPOINT, "3600s")
+        assert row["created_at"] == NOW
         assert row["expires_at"] == NOW + 3600
         assert row["lane"] == "batch"
         assert orjson.loads(row["metadata"]) == {"n": str(i)}
@@ -177,10 +180,8 @@ async def test_validation_fails_a_batch_that_cannot_run(
 
 async def test_validation_fails_when_the_input_was_deleted(backend: BatchBackend) -> None:
     """A batch whose input file is deleted before it is checked fails."""
-    file = await backend.create_file("t1", "batch", "in.jsonl", 5, [line("a")], NOW)
-    row = await backend.create_batch(
-        "t1", file["id"], "/v1/chat/completions", "1h", 3600, "best_effort", None, NOW
-    )
+    file = await backend.create_file(file_of("t1", "in.jsonl", 5), [line("a")])
+    row = await backend.create_batch(batch_over(file))
     assert await backend.delete_file("t1", file["id"])
     assert await backend.validate_pending(read, NOW) == [(row["id"], "failed")]
 
@@ -370,19 +371,19 @@ async def test_file_quotas_hold_per_tenant_and_free_on_delete(backend: BatchBack
     a delete gives the room back."""
     quota = Quota(max_bytes=100, max_files=3)
     first = await backend.create_file(
-        "t1", "batch", "a", 60, [b"a"], NOW, expires_at=NOW + 50, quota=quota
+        file_of("t1", "a", 60, expires_at=NOW + 50), [b"a"], quota=quota
     )
-    refused = await _refused(backend.create_file("t1", "batch", "b", 41, [b"b"], NOW, quota=quota))
+    refused = await _refused(backend.create_file(file_of("t1", "b", 41), [b"b"], quota=quota))
     assert (refused.kind, refused.limit, refused.retry_at) == ("bytes", 100, NOW + 50)
-    await backend.create_file("t2", "batch", "b", 100, [b"b"], NOW, quota=quota)
-    await backend.create_file("t1", "batch", "c", 40, [b"c"], NOW, quota=quota)
-    await backend.create_file("t1", "batch", "d", 0, [b"d"], NOW, quota=quota)
-    refused = await _refused(backend.create_file("t1", "batch", "e", 0, [b"e"], NOW, quota=quota))
+    await backend.create_file(file_of("t2", "b", 100), [b"b"], quota=quota)
+    await backend.create_file(file_of("t1", "c", 40), [b"c"], quota=quota)
+    await backend.create_file(file_of("t1", "d", 0), [b"d"], quota=quota)
+    refused = await _refused(backend.create_file(file_of("t1", "e", 0), [b"e"], quota=quota))
     assert (refused.kind, refused.limit) == ("files", 3)
     files, _ = await backend.list_files("t1", None, None, 10)
     assert [f["filename"] for f in files] == ["d", "c", "a"]
     assert await backend.delete_file("t1", first["id"])
-    await backend.create_file("t1", "batch", "f", 60, [b"f"], NOW, quota=quota)
+    await backend.create_file(file_of("t1", "f", 60), [b"f"], quota=quota)
 
 
 async def test_two_uploads_at_once_cannot_both_take_the_last_bytes(
@@ -393,8 +394,8 @@ async def test_two_uploads_at_once_cannot_both_take_the_last_bytes(
     quota = Quota(max_bytes=100)
     lines = [f"line {i}".encode() for i in range(3000)]
     outcomes = await asyncio.gather(
-        backend.create_file("t1", "batch", "a", 60, lines, NOW, quota=quota),
-        backend.create_file("t1", "batch", "b", 60, lines, NOW, quota=quota),
+        backend.create_file(file_of("t1", "a", 60), lines, quota=quota),
+        backend.create_file(file_of("t1", "b", 60), lines, quota=quota),
         return_exceptions=True,
     )
     assert sorted(type(o).__name__ for o in outcomes) == ["QuotaExceededError", "dict"]
@@ -412,8 +413,8 @@ async def test_a_failed_upload_gives_its_reservation_back(backend: BatchBackend)
         raise ValueError("upload broke")
 
     with pytest.raises(ValueError, match="upload broke"):
-        await backend.create_file("t1", "batch", "a", 100, lines(), NOW, quota=quota)
-    stored = await backend.create_file("t1", "batch", "b", 100, [b"b"], NOW, quota=quota)
+        await backend.create_file(file_of("t1", "a", 100), lines(), quota=quota)
+    stored = await backend.create_file(file_of("t1", "b", 100), [b"b"], quota=quota)
     assert stored["bytes"] == 100
 
 
@@ -421,28 +422,20 @@ async def test_active_batches_are_bounded_until_one_ends(backend: BatchBackend) 
     """``max_active_batches`` counts batches not yet over: the next create is refused
     (naming the earliest window end) until one ends; another tenant is unaffected."""
     quota = Quota(max_active_batches=2)
-    file = await backend.create_file("t1", "batch", "in", 5, [line("a")], NOW)
-    theirs = await backend.create_file("t2", "batch", "in", 5, [line("a")], NOW)
+    file = await backend.create_file(file_of("t1", "in", 5), [line("a")])
+    theirs = await backend.create_file(file_of("t2", "in", 5), [line("a")])
     ids = []
     for window_s in (600, 300):
-        row = await backend.create_batch(
-            "t1", file["id"], ENDPOINT, f"{window_s}s", window_s, "b", None, NOW, quota=quota
-        )
+        row = await backend.create_batch(batch_over(file, window_s=window_s), quota=quota)
         ids.append(row["id"])
-    refused = await _refused(
-        backend.create_batch("t1", file["id"], ENDPOINT, "1h", 3600, "b", None, NOW, quota=quota)
-    )
+    refused = await _refused(backend.create_batch(batch_over(file), quota=quota))
     assert (refused.kind, refused.limit, refused.retry_at) == ("active_batches", 2, NOW + 300)
-    await backend.create_batch(
-        "t2", theirs["id"], ENDPOINT, "1h", 3600, "b", None, NOW, quota=quota
-    )
+    await backend.create_batch(batch_over(theirs), quota=quota)
     await backend.validate_pending(read, NOW + 1)
     await backend.cancel_batch("t1", ids[0], NOW + 2)
-    await _refused(
-        backend.create_batch("t1", file["id"], ENDPOINT, "1h", 3600, "b", None, NOW, quota=quota)
-    )
+    await _refused(backend.create_batch(batch_over(file), quota=quota))
     assert (ids[0], "cancelled") in await backend.finish_due(NOW + 3)
-    await backend.create_batch("t1", file["id"], ENDPOINT, "1h", 3600, "b", None, NOW, quota=quota)
+    await backend.create_batch(batch_over(file), quota=quota)
 
 
 async def test_output_files_count_against_the_tenant_and_expire(retained: BatchBackend) -> None:
@@ -462,14 +455,12 @@ async def test_output_files_count_against_the_tenant_and_expire(retained: BatchB
     assert output["expires_at"] == errors["expires_at"] == NOW + 2 + RETENTION_S
     stored = 100 + output["bytes"] + errors["bytes"]
     await _refused(
-        retained.create_file("t1", "batch", "x", 1, [b"x"], NOW, quota=Quota(max_bytes=stored))
+        retained.create_file(file_of("t1", "x", 1), [b"x"], quota=Quota(max_bytes=stored))
     )
-    await _refused(
-        retained.create_file("t1", "batch", "x", 0, [b"x"], NOW, quota=Quota(max_files=3))
-    )
+    await _refused(retained.create_file(file_of("t1", "x", 0), [b"x"], quota=Quota(max_files=3)))
     await retained.sweep(NOW + 2 + RETENTION_S, None, 100)
     assert await retained.get_file("t1", output["id"]) is None
-    await retained.create_file("t1", "batch", "x", 1, [b"x"], NOW, quota=Quota(max_bytes=101))
+    await retained.create_file(file_of("t1", "x", 1), [b"x"], quota=Quota(max_bytes=101))
 
 
 async def test_the_sweep_deletes_expired_files_once_and_frees_their_quota(
@@ -481,25 +472,25 @@ async def test_the_sweep_deletes_expired_files_once_and_frees_their_quota(
     quota = Quota(max_bytes=300)
     for i in range(3):
         await backend.create_file(
-            "t1", "batch", f"f{i}", 100, [b"x"] * 1500, NOW, expires_at=NOW + 10, quota=quota
+            file_of("t1", f"f{i}", 100, expires_at=NOW + 10), [b"x"] * 1500, quota=quota
         )
-    kept = await backend.create_file("t1", "batch", "kept", 0, [b"k"], NOW, quota=quota)
+    kept = await backend.create_file(file_of("t1", "kept", 0), [b"k"], quota=quota)
     assert await backend.sweep(NOW + 9, None, 10) == Swept()
     assert await backend.sweep(NOW + 10, None, 2) == Swept(files=2)
     assert await backend.sweep(NOW + 10, None, 2) == Swept(files=1)
     assert await backend.sweep(NOW + 10, None, 2) == Swept()
     files, _ = await backend.list_files("t1", None, None, 10)
     assert [f["id"] for f in files] == [kept["id"]]
-    await backend.create_file("t1", "batch", "again", 300, [b"a"], NOW, quota=quota)
+    await backend.create_file(file_of("t1", "again", 300), [b"a"], quota=quota)
 
 
 async def test_a_batch_whose_input_expired_still_runs_its_lines(backend: BatchBackend) -> None:
     """The lines of a batch were copied when it was checked: its input file expiring (and
     swept) does not stop it."""
     file = await backend.create_file(
-        "t1", "batch", "in", 5, [line("a"), line("b")], NOW, expires_at=NOW + 5
+        file_of("t1", "in", 5, expires_at=NOW + 5), [line("a"), line("b")]
     )
-    batch = await backend.create_batch("t1", file["id"], ENDPOINT, "1h", 3600, "b", None, NOW)
+    batch = await backend.create_batch(batch_over(file))
     await backend.validate_pending(read, NOW + 1)
     assert await backend.sweep(NOW + 5, None, 10) == Swept(files=1)
     claims = await backend.claim("m1", "A", 10, NOW + 6, LEASE_S)

@@ -23,6 +23,7 @@ from sluicegate.batches.batch_backend import Quota, QuotaExceededError, Swept
 from sluicegate.batches.sqlite.sqlite_batches import SqliteBatches
 from sluicegate.config import ConfigError, parse_config
 from tests.batches.batch_harness import (
+    CHAT,
     KEY_A,
     KEY_B,
     batch_stack,
@@ -34,6 +35,7 @@ from tests.batches.batch_harness import (
     upload,
     wait_batch,
 )
+from tests.batches.conftest import file_of
 from tests.gateway.gateway_harness import Stack, wait_until
 
 QUOTAS = """  quota:
@@ -103,16 +105,25 @@ def test_uploads_past_a_quota_are_429_store_nothing_and_fit_after_a_delete(
 
 def test_active_batches_are_bounded_until_one_ends(tmp_path: Path) -> None:
     """With ``max_active_batches: 1`` a second batch is 429 ``quota_exceeded`` while the
-    first runs; once the first is cancelled, the second is accepted."""
+    first runs; once the first is cancelled, the second is accepted. Both creates name one
+    input, uploaded once: the first batch's error file is the third file of ``max_files:
+    3`` whenever its line was checked before the cancel, so another upload would be refused."""
     with batch_stack(tmp_path, settings=QUOTAS) as live:
         sdk = client(live)
         first = start_batch(sdk, [chat_line("a", max_tokens=2000)])
-        status, error = refusal(lambda: start_batch(sdk, [chat_line("b")]))
+        quick = upload(sdk, [chat_line("b")])
+
+        def create() -> openai.types.Batch:
+            return sdk.batches.create(
+                input_file_id=quick.id, endpoint=CHAT, completion_window="24h"
+            )
+
+        status, error = refusal(create)
         assert (status, error["code"]) == (429, "quota_exceeded")
         assert "batches.quota.max_active_batches" in error["message"]
         sdk.batches.cancel(first.id)
         wait_batch(sdk, first.id)
-        second = start_batch(sdk, [chat_line("b")])
+        second = create()
         assert wait_batch(sdk, second.id).status == "completed"
 
 
@@ -234,9 +245,9 @@ async def test_a_version_1_database_gets_expiry_and_quotas(tmp_path: Path) -> No
         assert old is not None
         assert old["expires_at"] == 1100
         with pytest.raises(QuotaExceededError):
-            await backend.create_file("a", "batch", "n", 1, [b"x"], 1050, quota=Quota(500))
+            await backend.create_file(file_of("a", "n", 1, 1050), [b"x"], quota=Quota(500))
         assert await backend.sweep(1100, None, 10) == Swept(files=1)
-        await backend.create_file("a", "batch", "n", 1, [b"x"], 1100, quota=Quota(500))
+        await backend.create_file(file_of("a", "n", 1, 1100), [b"x"], quota=Quota(500))
     finally:
         await backend.close()
 

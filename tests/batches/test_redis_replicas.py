@@ -81,7 +81,7 @@ async def test_a_check_left_by_a_dead_replica_is_taken_over_after_its_lease(
     dead, alive = replicas[0], replicas[1]
     batch_id = await new_batch(alive, [line("a")])
     assert dead._lifecycle is not None  # the first step of a check, then the replica "dies"
-    taken = await dead._lifecycle._run("BEGIN_CHECK", batch_id, "dead", NOW, NOW + CHECK_LEASE_S)
+    taken = await dead._lifecycle._run("begin_check", batch_id, "dead", NOW, NOW + CHECK_LEASE_S)
     assert taken is not None
     assert await alive.validate_pending(read, NOW + CHECK_LEASE_S) == []
     changed = await alive.validate_pending(read, NOW + CHECK_LEASE_S + 1)
@@ -99,7 +99,7 @@ async def test_an_ending_left_by_a_dead_replica_is_finished_by_another(
     claims = await alive.claim("m1", "A", 2, NOW, LEASE_S)
     await alive.cancel_batch("t1", batch_id, NOW)
     assert dead._lifecycle is not None
-    assert await dead._lifecycle._run("BEGIN_END", batch_id, "cancelled", NOW)
+    assert await dead._lifecycle._run("begin_end", batch_id, "cancelled", NOW)
     await alive.record([answer(c) for c in claims], [], "A")
     assert await alive.finish_due(NOW + 1) == [(batch_id, "cancelled")]
     row = await alive.get_batch("t1", batch_id)

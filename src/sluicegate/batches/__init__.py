@@ -1,9 +1,9 @@
 """The durable batch lane: OpenAI's Files and Batches APIs over the engines' idle capacity.
 
-``spec`` is the ``batches:`` config section, ``lines`` reads and checks the
-JSONL a batch is made of, ``objects`` shapes what the API answers, and a
-``BatchBackend`` (``backend``) keeps every file, batch, line and result
-durably: ``sqlite_backend`` in one SQLite file, ``redis_backend`` in the shared
-store of distributed mode (DESIGN §20). The gateway serves the API
+``batches_config`` is the ``batches:`` config section, ``lines`` reads and checks
+the JSONL a batch is made of, ``objects`` shapes what the API answers, and a
+``BatchBackend`` (``batch_backend``) keeps every file, batch, line and result
+durably: ``sqlite/`` in one SQLite file, ``redis/`` in the shared store of
+distributed mode (DESIGN §20). The gateway serves the API
 (``gateway/batch_lane/batch_api.py``) and runs the lines (``gateway/batch_lane/line_runner.py``).
 """

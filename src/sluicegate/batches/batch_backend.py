@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import orjson
+
 from sluicegate.batches.lines import LineError, LineRequest
 
 Record = dict[str, Any]
@@ -81,6 +83,65 @@ class QuotaExceededError(Exception):
         self.kind = kind
         self.limit = limit
         self.retry_at = retry_at
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewFile:
+    """A file to store: the tenant's, for ``purpose``, named ``filename``, of ``size`` bytes
+    (its lines and their newlines), stored at ``now`` and gone at ``expires_at`` (None:
+    kept)."""
+
+    tenant: str
+    purpose: str
+    filename: str
+    size: int
+    now: int
+    expires_at: int | None = None
+
+    def columns(self, file_id: str, lines: int) -> Record:
+        """Its stored columns as the file ``file_id`` of ``lines`` lines."""
+        return {
+            "id": file_id,
+            "tenant": self.tenant,
+            "purpose": self.purpose,
+            "filename": self.filename,
+            "bytes": self.size,
+            "lines": lines,
+            "created_at": self.now,
+            "expires_at": self.expires_at,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewBatch:
+    """A batch a tenant asks for: over its file ``input_file_id``, for ``endpoint``, run in
+    ``lane``, within ``window`` (as asked, such as ``24h``; ``window_s`` in seconds), with
+    the tenant's ``metadata``; asked at ``now``."""
+
+    tenant: str
+    input_file_id: str
+    endpoint: str
+    window: str
+    window_s: int
+    lane: str
+    metadata: dict[str, str] | None
+    now: int
+
+    def columns(self, batch_id: str) -> Record:
+        """Its stored columns as the new ``validating`` batch ``batch_id`` (those both
+        backends write when it is created; the others start empty)."""
+        return {
+            "id": batch_id,
+            "tenant": self.tenant,
+            "endpoint": self.endpoint,
+            "input_file_id": self.input_file_id,
+            "completion_window": self.window,
+            "lane": self.lane,
+            "status": "validating",
+            "metadata": None if self.metadata is None else orjson.dumps(self.metadata).decode(),
+            "created_at": self.now,
+            "expires_at": self.now + self.window_s,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,20 +223,11 @@ class BatchBackend(Protocol):
         """Disconnect."""
 
     async def create_file(
-        self,
-        tenant: str,
-        purpose: str,
-        filename: str,
-        size: int,
-        lines: Iterable[bytes],
-        now: int,
-        *,
-        expires_at: int | None = None,
-        quota: Quota = NO_QUOTA,
+        self, file: NewFile, lines: Iterable[bytes], *, quota: Quota = NO_QUOTA
     ) -> Record:
-        """Store a file whose content is ``lines`` (without newlines), gone at ``expires_at``.
+        """Store ``file``, whose content is ``lines`` (without newlines).
 
-        ``size`` is reserved against the tenant's quota before a line is stored
+        Its ``size`` is reserved against the tenant's quota before a line is stored
         (``QuotaExceededError`` if it does not fit); the lines are written in steps, so other
         calls go between them. An exception raised by ``lines`` stores nothing, frees the
         reservation and propagates."""
@@ -194,20 +246,8 @@ class BatchBackend(Protocol):
     async def delete_file(self, tenant: str, file_id: str) -> bool:
         """Delete the tenant's file; whether there was one."""
 
-    async def create_batch(
-        self,
-        tenant: str,
-        input_file_id: str,
-        endpoint: str,
-        window: str,
-        window_s: int,
-        lane: str,
-        metadata: dict[str, str] | None,
-        now: int,
-        *,
-        quota: Quota = NO_QUOTA,
-    ) -> Record:
-        """A new ``validating`` batch (``QuotaExceededError`` if the tenant has
+    async def create_batch(self, batch: NewBatch, *, quota: Quota = NO_QUOTA) -> Record:
+        """``batch``, stored as a new ``validating`` batch (``QuotaExceededError`` if the tenant has
         ``quota.max_active_batches`` batches not yet over)."""
 
     async def get_batch(self, tenant: str, batch_id: str) -> Record | None:

@@ -1,6 +1,7 @@
-"""The limit scripts of ``RedisStore``: their texts (``scripts/*.lua`` after a prelude), loading
-them into Redis, running them by SHA1 (reloading those a restarted Redis lost), and the
-arguments of ``sync.lua``, the one script whose ``ARGV`` has a layout of its own.
+"""The limit scripts of ``RedisStore``: their texts (``scripts/*.lua`` after a prelude,
+read by ``script_text``, which reads the batch lane's scripts too), loading them into
+Redis, running them by SHA1 (reloading those a restarted Redis lost), and the arguments
+of ``sync.lua``, the one script whose ``ARGV`` has a layout of its own.
 
 Memory pressure. Every script starts with ``#!lua flags=allow-oom`` (Redis ≥ 7.0, Valkey):
 a Redis at its ``maxmemory`` refuses writes that could grow it (``-OOM``), and without
@@ -8,7 +9,7 @@ the flag it refuses a script's first such write, so batch data filling a shared 
 took the limits with it (every replica fell back). The limits' own keys are bounded by
 the configuration (waiting and running tickets, one bucket hash per tenant), not by
 what tenants store, so letting them write past ``maxmemory`` costs at most that; batch
-data stays refused (``batches/redis/redis_batches.py`` runs plain scripts). A server that
+data stays refused (``batches/redis/scripts/*.lua`` have no flags line). A server that
 refuses the flag (Redis 6.2) gets the scripts without it, once, with a warning: there
 limits fall back while Redis is out of memory.
 """
@@ -56,11 +57,13 @@ Call = tuple[Script, list[str], list[str | int | float]]
 """One script call: the script, its keys and its arguments."""
 
 
-def _script_text(name: str, *, prelude: str) -> str:
-    """A script's text after its flags line and its prelude."""
-    folder = resources.files("sluicegate.store").joinpath("scripts")
+def script_text(package: str, name: str, *, prelude: str, flags: str = "") -> str:
+    """The text of the script ``scripts/<name>.lua`` of ``package``: ``flags`` (a first
+    line such as ``SCRIPT_FLAGS``; none by default), then ``scripts/<prelude>.lua``, then
+    the script itself."""
+    folder = resources.files(package).joinpath("scripts")
     head = folder.joinpath(f"{prelude}.lua").read_text(encoding="utf-8")
-    return SCRIPT_FLAGS + head + folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    return flags + head + folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
 
 
 def _script(text: str) -> Script:
@@ -136,7 +139,8 @@ class LimitScripts:
     def reset(self) -> None:
         """Read every script again, with its flags line (for a new connection)."""
         for name, prelude in _PRELUDES.items():
-            self._by_name[name] = _script(_script_text(name, prelude=prelude))
+            text = script_text("sluicegate.store", name, prelude=prelude, flags=SCRIPT_FLAGS)
+            self._by_name[name] = _script(text)
 
     async def load(
         self,

@@ -27,7 +27,7 @@ import redis.asyncio as aioredis
 from sluicegate.batches.batch_backend import MAX_REPORTED_ERRORS, LineReader
 from sluicegate.batches.lines import LineError
 from sluicegate.batches.objects import error_line, new_id
-from sluicegate.batches.redis import batch_scripts as redis_lua
+from sluicegate.batches.redis.batch_scripts import BatchScripts
 from sluicegate.batches.sqlite.finishing import ENDINGS
 
 CHUNK = 1000
@@ -60,18 +60,12 @@ class RedisLifecycle:
     expire ``file_retention_s`` after they are written; None: never)."""
 
     def __init__(
-        self, client: aioredis.Redis, base: str, file_retention_s: int | None = None
+        self, client: aioredis.Redis, scripts: BatchScripts, file_retention_s: int | None = None
     ) -> None:
         self._redis = client
-        self.base = base
+        self.base = scripts.base
         self.file_retention_s = file_retention_s
-        self._scripts = {
-            name: client.register_script(redis_lua.PRELUDE + redis_lua.SCRIPTS[name])
-            for name in ("BEGIN_CHECK", "END_CHECK", "BEGIN_END", "END")
-        }
-
-    async def _run(self, script: str, *args: object) -> Any:
-        return await self._scripts[script](keys=[self.base], args=list(args))  # type: ignore[arg-type]
+        self._run = scripts.run
 
     async def _ids(self, key: str) -> list[str]:
         return [as_str(item) for item in await self._redis.zrange(self.base + key, 0, -1)]
@@ -87,7 +81,7 @@ class RedisLifecycle:
 
     async def _validate(self, batch_id: str, read: LineReader, now: int) -> str | None:
         token = new_id("")
-        taken = await self._run("BEGIN_CHECK", batch_id, token, now, now + CHECK_LEASE_S)
+        taken = await self._run("begin_check", batch_id, token, now, now + CHECK_LEASE_S)
         if taken is None:
             return None
         endpoint, lane, input_id = (as_str(part) for part in taken)
@@ -137,7 +131,7 @@ class RedisLifecycle:
             models = [part for model, n in sorted(runnable.items()) for part in (model, n)]
             errors_json = "" if failure is None else orjson.dumps(failure).decode()
             done = await self._run(
-                "END_CHECK", batch_id, token, now, total, errors_json, errors, *models
+                "end_check", batch_id, token, now, total, errors_json, errors, *models
             )
         finally:
             await self._redis.unlink(*staged, *(stage + "ready:" + model for model in runnable))
@@ -166,12 +160,12 @@ class RedisLifecycle:
         """End every batch that is due: cancelled, then completed (every line answered), then
         expired; and finish the endings another replica left half done."""
         for batch_id in await self._ids("st:cancelling"):
-            await self._run("BEGIN_END", batch_id, "cancelled", now)
+            await self._run("begin_end", batch_id, "cancelled", now)
         for batch_id in await self._ids("full"):
-            await self._run("BEGIN_END", batch_id, "completed", now)
+            await self._run("begin_end", batch_id, "completed", now)
         expired = await self._redis.zrangebyscore(self.base + "expiry", "-inf", now)
         for raw_id in expired:
-            await self._run("BEGIN_END", as_str(raw_id), "expired", now)
+            await self._run("begin_end", as_str(raw_id), "expired", now)
         ended = []
         for batch_id in await self._ids("ending"):
             kind = await self._redis.hget(f"{self.base}b:{batch_id}", "ending")
@@ -209,7 +203,7 @@ class RedisLifecycle:
                     await pipe.execute()
             written = [part for ok in (True, False) for part in files[ok].parts()]
             expires = "" if self.file_retention_s is None else now + self.file_retention_s
-            won = bool(await self._run("END", batch_id, kind, now, *written, expires))
+            won = bool(await self._run("end", batch_id, kind, now, *written, expires))
         finally:
             if not won:
                 await self._redis.unlink(*(f"{self.base}fl:{f.file_id}" for f in files.values()))

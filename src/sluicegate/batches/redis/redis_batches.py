@@ -1,13 +1,13 @@
 """The distributed batch backend: batch state in the shared Redis of distributed mode.
 
 Any replica serves any file or batch and runs any line. Every key starts with
-``{<prefix>:batch}:`` (one hash tag, so each Lua script of ``redis_lua`` may
+``{<prefix>:batch}:`` (one hash tag, so each Lua script, ``scripts/*.lua``, may
 touch any of them):
 
 - ``f:<id>`` a file's fields (a hash), ``fl:<id>`` its lines (a list),
   ``files:<tenant>`` the tenant's files by creation (a sorted set); ``seq`` the
-  counter that orders files and batches; quotas and expiry: ``redis_retention``;
-  reading them back and listing them: ``redis_records``;
+  counter that orders files and batches; quotas and expiry: ``retention``;
+  reading them back and listing them: ``records``;
 - ``b:<id>`` a batch's fields, ``batches:<tenant>`` the tenant's batches,
   ``st:<status>`` the batches in each unfinished status, ``nstatus`` batches per
   status, ``expiry`` running batches by ``expires_at``, ``full`` running batches
@@ -37,11 +37,11 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry as RedisRetry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
+from redis.typing import EncodableT
 
 from sluicegate.batches.batch_backend import (
     NO_QUOTA,
@@ -50,6 +50,8 @@ from sluicegate.batches.batch_backend import (
     Claim,
     Counts,
     LineReader,
+    NewBatch,
+    NewFile,
     Progress,
     Quota,
     Record,
@@ -59,8 +61,8 @@ from sluicegate.batches.batch_backend import (
     take_chunk,
 )
 from sluicegate.batches.objects import new_id
-from sluicegate.batches.redis import batch_scripts as redis_lua
 from sluicegate.batches.redis.admin_keys import RedisAdmin
+from sluicegate.batches.redis.batch_scripts import BatchScripts
 from sluicegate.batches.redis.lifecycle import RedisLifecycle, as_bytes, as_str
 from sluicegate.batches.redis.records import BATCH_COLUMNS, batch_record, file_record, listing
 from sluicegate.batches.redis.retention import RedisRetention, refusal
@@ -95,7 +97,7 @@ class RedisBatches:
         self.timeout_s = timeout_s
         self.base = f"{{{prefix}:batch}}:"
         self._client: aioredis.Redis | None = None
-        self._scripts: dict[str, Any] = {}
+        self._scripts: BatchScripts | None = None
         self._lifecycle: RedisLifecycle | None = None
         self._retention: RedisRetention | None = None
         self._admin: RedisAdmin | None = None
@@ -109,8 +111,10 @@ class RedisBatches:
     def _key(self, kind: str, name: str = "") -> str:
         return f"{self.base}{kind}{name}"
 
-    async def _run(self, script: str, *args: object) -> Any:
-        return await self._scripts[script](keys=[self.base], args=list(args))
+    async def _run(self, script: str, *args: EncodableT) -> Any:
+        if self._scripts is None:
+            raise RuntimeError("RedisBatches is not open")
+        return await self._scripts.run(script, *args)
 
     async def open(self) -> None:
         """Connect, and check that Redis answers; one that does not is logged, and the lane
@@ -129,12 +133,11 @@ class RedisBatches:
                 "the batch store does not answer yet (%s): its calls fail until it does", reason
             )
         self._client = client
-        for name in ("CREATE", "DELETE_FILE", "CANCEL", "CLAIM", "RENEW", "RECORD"):
-            source = redis_lua.PRELUDE + redis_lua.SCRIPTS[name]
-            self._scripts[name] = client.register_script(source)
-        self._lifecycle = RedisLifecycle(client, self.base, self.file_retention_s)
-        self._retention = RedisRetention(client, self.base)
-        cancel = functools.partial(self._run, "CANCEL")
+        scripts = BatchScripts(client, self.base)
+        self._scripts = scripts
+        self._lifecycle = RedisLifecycle(client, scripts, self.file_retention_s)
+        self._retention = RedisRetention(client, scripts)
+        cancel = functools.partial(scripts.run, "cancel")
         self._admin = RedisAdmin(client, self.base, self.record, cancel)
 
     async def close(self) -> None:
@@ -144,34 +147,15 @@ class RedisBatches:
             self._client = None
 
     async def create_file(
-        self,
-        tenant: str,
-        purpose: str,
-        filename: str,
-        size: int,
-        lines: Iterable[bytes],
-        now: int,
-        *,
-        expires_at: int | None = None,
-        quota: Quota = NO_QUOTA,
+        self, file: NewFile, lines: Iterable[bytes], *, quota: Quota = NO_QUOTA
     ) -> Record:
         """See ``BatchBackend``: the size is reserved, then the lines go to a list that
         expires until the file exists."""
         assert self._retention is not None
         file_id = new_id("file-")
         key = self._key("fl:", file_id)
-        await self._retention.reserve(tenant, file_id, size, quota, now)
+        await self._retention.reserve(file, file_id, quota)
         source, count = iter(lines), 0
-        row: Record = {
-            "id": file_id,
-            "tenant": tenant,
-            "purpose": purpose,
-            "filename": filename,
-            "bytes": size,
-            "lines": 0,
-            "created_at": now,
-            "expires_at": expires_at,
-        }
         try:
             while chunk := await asyncio.to_thread(take_chunk, source):
                 async with self._redis.pipeline(transaction=False) as pipe:
@@ -179,10 +163,10 @@ class RedisBatches:
                     pipe.expire(key, UPLOAD_TTL_S)
                     await pipe.execute()
                 count += len(chunk)
-            row["lines"] = count
+            row = file.columns(file_id, count)
             fields = [str(part) for pair in row.items() if pair[1] is not None for part in pair]
-            expires = "" if expires_at is None else str(expires_at)
-            seq = await self._run("CREATE", "file", file_id, tenant, "", expires, *fields)
+            expires = "" if file.expires_at is None else str(file.expires_at)
+            seq = await self._run("create", "file", file_id, file.tenant, "", expires, *fields)
             if seq is None:
                 raise RuntimeError("the upload's reservation was swept before it finished")
         except BaseException as exc:
@@ -218,42 +202,17 @@ class RedisBatches:
 
     async def delete_file(self, tenant: str, file_id: str) -> bool:
         """See ``BatchBackend``."""
-        return bool(await self._run("DELETE_FILE", file_id, tenant, ""))
+        return bool(await self._run("delete_file", file_id, tenant, ""))
 
-    async def create_batch(
-        self,
-        tenant: str,
-        input_file_id: str,
-        endpoint: str,
-        window: str,
-        window_s: int,
-        lane: str,
-        metadata: dict[str, str] | None,
-        now: int,
-        *,
-        quota: Quota = NO_QUOTA,
-    ) -> Record:
+    async def create_batch(self, batch: NewBatch, *, quota: Quota = NO_QUOTA) -> Record:
         """See ``BatchBackend``."""
-        batch_id = new_id("batch_")
         row: Record = dict.fromkeys(BATCH_COLUMNS)
-        row.update(
-            id=batch_id,
-            tenant=tenant,
-            endpoint=endpoint,
-            input_file_id=input_file_id,
-            completion_window=window,
-            lane=lane,
-            status="validating",
-            metadata=None if metadata is None else orjson.dumps(metadata).decode(),
-            total=0,
-            created_at=now,
-            expires_at=now + window_s,
-        )
+        row.update(batch.columns(new_id("batch_")), total=0)
         fields = [str(x) for k, v in row.items() if v is not None and k != "seq" for x in (k, v)]
         limit = quota.max_active_batches
         seq = await self._run(
-            "CREATE", "batch", batch_id, tenant, "" if limit is None else limit, now + window_s,
-            *fields,
+            "create", "batch", row["id"], batch.tenant, "" if limit is None else limit,
+            row["expires_at"], *fields,
         )  # fmt: skip
         if isinstance(seq, list):
             raise refusal(seq, limit)
@@ -274,7 +233,7 @@ class RedisBatches:
 
     async def cancel_batch(self, tenant: str, batch_id: str, now: int) -> Record | None:
         """See ``BatchBackend``."""
-        if not await self._run("CANCEL", batch_id, tenant, now):
+        if not await self._run("cancel", batch_id, tenant, now):
             return None
         return await self.get_batch(tenant, batch_id)
 
@@ -286,17 +245,17 @@ class RedisBatches:
         return Counts(*(int(value or 0) for value in values))
 
     async def validate_pending(self, read: LineReader, now: int) -> list[tuple[str, str]]:
-        """See ``BatchBackend`` (``redis_lifecycle``)."""
+        """See ``BatchBackend`` (``lifecycle``)."""
         assert self._lifecycle is not None
         return await self._lifecycle.validate_pending(read, now)
 
     async def finish_due(self, now: int) -> list[tuple[str, str]]:
-        """See ``BatchBackend`` (``redis_lifecycle``)."""
+        """See ``BatchBackend`` (``lifecycle``)."""
         assert self._lifecycle is not None
         return await self._lifecycle.finish_due(now)
 
     async def sweep(self, now: int, batch_retention_s: int | None, limit: int) -> Swept:
-        """See ``BatchBackend`` (``redis_retention``)."""
+        """See ``BatchBackend`` (``retention``)."""
         assert self._retention is not None
         return await self._retention.sweep(now, batch_retention_s, limit)
 
@@ -306,7 +265,7 @@ class RedisBatches:
         """See ``BatchBackend``: lines whose lease ran out first, then new ones."""
         if limit <= 0:
             return []
-        rows = await self._run("CLAIM", model, owner, limit, repr(now), repr(now + lease_s))
+        rows = await self._run("claim", model, owner, limit, repr(now), repr(now + lease_s))
         return [
             Claim(as_str(bid), int(idx), as_str(cid), model, as_bytes(body), int(att))
             for bid, idx, cid, body, att in rows
@@ -316,20 +275,20 @@ class RedisBatches:
         """See ``BatchBackend``: only the lines ``owner`` still holds."""
         if claims:
             args = [part for c in claims for part in (c.model, c.batch_id, c.idx)]
-            await self._run("RENEW", owner, repr(until), *args)
+            await self._run("renew", owner, repr(until), *args)
 
     async def record(self, results: Sequence[Result], retries: Sequence[Retry], owner: str) -> None:
         """See ``BatchBackend``."""
         if not results and not retries:
             return
-        args: list[object] = [owner, len(results)]
+        args: list[EncodableT] = [owner, len(results)]
         for r in results:
             args += [r.batch_id, r.idx, "1" if r.ok else "0", r.text]
             args += [r.prompt_tokens, r.completion_tokens]
         for retry in retries:
             args += [retry.claim.batch_id, retry.claim.idx, repr(retry.not_before)]
             args.append("1" if retry.failed else "0")
-        await self._run("RECORD", *args)
+        await self._run("record", *args)
 
     async def statuses(self, batch_ids: Sequence[str]) -> dict[str, str]:
         """See ``BatchBackend``."""
@@ -372,16 +331,16 @@ class RedisBatches:
     async def admin_batches(
         self, tenant: str | None, after: str | None, limit: int
     ) -> tuple[list[Record], bool]:
-        """See ``BatchBackend`` (``redis_admin``)."""
+        """See ``BatchBackend`` (``admin_keys``)."""
         assert self._admin is not None
         return await self._admin.listing(tenant, after, limit, batch_record)
 
     async def active_batches(self) -> list[tuple[str, str]]:
-        """See ``BatchBackend`` (``redis_admin``)."""
+        """See ``BatchBackend`` (``admin_keys``)."""
         assert self._admin is not None
         return await self._admin.active()
 
     async def stop_batch(self, batch_id: str, code: str, message: str, now: int) -> bool:
-        """See ``BatchBackend`` (``redis_admin``)."""
+        """See ``BatchBackend`` (``admin_keys``)."""
         assert self._admin is not None
         return await self._admin.stop(batch_id, code, message, now)

@@ -6,15 +6,12 @@ from __future__ import annotations
 import orjson
 
 from sluicegate.batches.batch_backend import Record
-from sluicegate.batches.sqlite.database import Database
+from sluicegate.batches.sqlite.database import Rows
 from sluicegate.batches.sqlite.finishing import answer_unfinished
 
 
-class AdminStore:
+class AdminStore(Rows):
     """Batches of every tenant; each change one committed transaction."""
-
-    def __init__(self, db: Database) -> None:
-        self.db = db
 
     def listing(
         self, tenant: str | None, after: str | None, limit: int

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-import orjson
-
-from sluicegate.batches.batch_backend import TERMINAL, Counts, Quota, QuotaExceededError, Record
+from sluicegate.batches.batch_backend import (
+    TERMINAL,
+    Counts,
+    NewBatch,
+    Quota,
+    QuotaExceededError,
+    Record,
+)
 from sluicegate.batches.objects import ACTIVE, new_id
-from sluicegate.batches.sqlite.database import Database
+from sluicegate.batches.sqlite.database import Rows, insert
 
 _ACTIVE = ",".join(f"'{status}'" for status in ACTIVE)
 _TERMINAL = ",".join(f"'{status}'" for status in TERMINAL)
@@ -20,54 +25,26 @@ COUNTS = (
 """Lines of a batch answered well (completed) and not (failed), and the tokens they used."""
 
 
-class BatchStore:
+class BatchStore(Rows):
     """The batches of one tenant at a time; every change committed before it returns."""
 
-    def __init__(self, db: Database) -> None:
-        self.db = db
-
-    def create(
-        self,
-        tenant: str,
-        input_file_id: str,
-        endpoint: str,
-        window: str,
-        window_s: int,
-        lane: str,
-        metadata: dict[str, str] | None,
-        now: int,
-        quota: Quota,
-    ) -> Record:
-        """A new batch, ``validating``: the runner checks its lines next. ``QuotaExceededError``
-        if the tenant already has ``quota.max_active_batches`` batches not yet over."""
-        batch_id = new_id("batch_")
+    def create(self, batch: NewBatch, quota: Quota) -> Record:
+        """``batch`` as a new batch, ``validating``: the runner checks its lines next.
+        ``QuotaExceededError`` if the tenant already has ``quota.max_active_batches``
+        batches not yet over."""
+        columns = batch.columns(new_id("batch_"))
         with self.db.write() as conn:
             limit = quota.max_active_batches
             if limit is not None:
                 active, soonest = conn.execute(
                     f"SELECT COUNT(*), MIN(expires_at) FROM batches"
                     f" WHERE tenant = ? AND status IN ({_ACTIVE})",
-                    (tenant,),
+                    (batch.tenant,),
                 ).fetchone()
                 if active >= limit:
                     raise QuotaExceededError("active_batches", limit, soonest)
-            conn.execute(
-                "INSERT INTO batches (id, tenant, endpoint, input_file_id, completion_window,"
-                " lane, status, metadata, created_at, expires_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, 'validating', ?, ?, ?)",
-                (
-                    batch_id,
-                    tenant,
-                    endpoint,
-                    input_file_id,
-                    window,
-                    lane,
-                    None if metadata is None else orjson.dumps(metadata).decode(),
-                    now,
-                    now + window_s,
-                ),
-            )
-        row = self.get(tenant, batch_id)
+            insert(conn, "batches", columns)
+        row = self.get(batch.tenant, columns["id"])
         assert row is not None
         return row
 

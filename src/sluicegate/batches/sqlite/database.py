@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 BUSY_TIMEOUT_MS = 10_000
@@ -162,6 +162,21 @@ class Database:
     def close(self) -> None:
         """Close the connection (a checkpoint folds the log into the database file)."""
         self.conn.close()
+
+
+def insert(conn: sqlite3.Connection, table: str, row: Mapping[str, object]) -> None:
+    """Insert ``row`` (column → value) into ``table``, inside the caller's transaction."""
+    names = ", ".join(row)
+    marks = ", ".join("?" * len(row))
+    conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", tuple(row.values()))
+
+
+class Rows:
+    """One part of the batch database's calls (files, batches, lines, the admin's): its
+    methods run on ``db``."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
 
 PRIVATE_MODE = 0o600

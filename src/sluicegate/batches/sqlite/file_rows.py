@@ -12,16 +12,17 @@ from collections.abc import Iterator
 from sluicegate.batches.batch_backend import (
     PAGE_LINES,
     UPLOAD_TTL_S,
+    NewFile,
     Quota,
     QuotaExceededError,
     Record,
     take_chunk,
 )
 from sluicegate.batches.objects import new_id
-from sluicegate.batches.sqlite.database import Database
+from sluicegate.batches.sqlite.database import Rows, insert
 
 
-class FileStore:
+class FileStore(Rows):
     """Create, read, list and delete files of one tenant at a time.
 
     An upload takes three kinds of step, each its own transaction: ``reserve`` (the quota
@@ -31,13 +32,11 @@ class FileStore:
     ``abandon``; one whose process died is swept after ``UPLOAD_TTL_S``.
     """
 
-    def __init__(self, db: Database) -> None:
-        self.db = db
-
-    def reserve(self, tenant: str, size: int, quota: Quota, now: int) -> str:
-        """A new file id with ``size`` bytes and one file reserved against ``quota``;
+    def reserve(self, file: NewFile, quota: Quota) -> str:
+        """A new file id with ``file.size`` bytes and one file reserved against ``quota``;
         ``QuotaExceededError`` (nothing reserved) if they do not fit."""
         file_id = new_id("file-")
+        tenant, size = file.tenant, file.size
         with self.db.write() as conn:
             stored_bytes, stored_files = conn.execute(
                 "SELECT COALESCE(SUM(bytes), 0), COUNT(*) FROM files WHERE tenant = ?", (tenant,)
@@ -58,7 +57,7 @@ class FileStore:
                 raise QuotaExceededError(*over, soonest)
             conn.execute(
                 "INSERT INTO uploads (file_id, tenant, bytes, started_at) VALUES (?, ?, ?, ?)",
-                (file_id, tenant, size, now),
+                (file_id, tenant, size, file.now),
             )
         return file_id
 
@@ -74,28 +73,14 @@ class FileStore:
                 )
         return len(chunk)
 
-    def commit(
-        self,
-        file_id: str,
-        tenant: str,
-        purpose: str,
-        filename: str,
-        lines: int,
-        now: int,
-        expires_at: int | None,
-    ) -> Record:
-        """The reserved upload, its lines written, becomes a file; its row."""
+    def commit(self, file_id: str, file: NewFile, lines: int) -> Record:
+        """The reserved upload, its ``lines`` written, becomes a file; its row."""
         with self.db.write() as conn:
-            size = conn.execute(
-                "DELETE FROM uploads WHERE file_id = ? RETURNING bytes", (file_id,)
-            ).fetchone()[0]
-            conn.execute(
-                "INSERT INTO files"
-                " (id, tenant, purpose, filename, bytes, lines, created_at, expires_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (file_id, tenant, purpose, filename, size, lines, now, expires_at),
-            )
-        row = self.get(tenant, file_id)
+            held = conn.execute("DELETE FROM uploads WHERE file_id = ?", (file_id,)).rowcount
+            if not held:
+                raise RuntimeError("the upload's reservation was swept before it finished")
+            insert(conn, "files", file.columns(file_id, lines))
+        row = self.get(file.tenant, file_id)
         assert row is not None
         return row
 

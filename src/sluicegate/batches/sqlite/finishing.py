@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import sqlite3
 
+from sluicegate.batches.batch_backend import NewFile
 from sluicegate.batches.objects import error_line, new_id
-from sluicegate.batches.sqlite.database import Database
+from sluicegate.batches.sqlite.database import Database, insert
 
 ENDINGS = {
     "expired": (
@@ -92,12 +93,8 @@ class Finisher:
         its line rows are dropped."""
         tenant = conn.execute("SELECT tenant FROM batches WHERE id = ?", (batch_id,)).fetchone()[0]
         expires_at = None if self.file_retention_s is None else now + self.file_retention_s
-        for ok, column, purpose, name in (
-            (1, "output_file_id", "batch_output", "output"),
-            (0, "error_file_id", "batch_output", "errors"),
-        ):
+        for ok, column, part in ((1, "output_file_id", "output"), (0, "error_file_id", "errors")):
             file_id = new_id("file-")
-            filename = f"{batch_id}_{name}.jsonl"
             copied = conn.execute(
                 "INSERT INTO file_lines (file_id, idx, text)"
                 " SELECT ?, ROW_NUMBER() OVER (ORDER BY idx) - 1, text FROM results"
@@ -109,12 +106,15 @@ class Finisher:
             size = conn.execute(
                 "SELECT SUM(LENGTH(text) + 1) FROM file_lines WHERE file_id = ?", (file_id,)
             ).fetchone()[0]
-            conn.execute(
-                "INSERT INTO files"
-                " (id, tenant, purpose, filename, bytes, lines, created_at, expires_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (file_id, tenant, purpose, filename, size, copied, now, expires_at),
+            made = NewFile(
+                tenant=tenant,
+                purpose="batch_output",
+                filename=f"{batch_id}_{part}.jsonl",
+                size=size,
+                now=now,
+                expires_at=expires_at,
             )
+            insert(conn, "files", made.columns(file_id, copied))
             conn.execute(f"UPDATE batches SET {column} = ? WHERE id = ?", (file_id, batch_id))
         # An ended batch's results are all its lines were for: the line rows (copies of the
         # input) go, so the lines table holds only batches still running.

@@ -17,7 +17,7 @@ import orjson
 from sluicegate.batches.batch_backend import MAX_REPORTED_ERRORS, Claim, LineReader, Result, Retry
 from sluicegate.batches.lines import LineError
 from sluicegate.batches.objects import error_line
-from sluicegate.batches.sqlite.database import Database
+from sluicegate.batches.sqlite.database import Rows
 
 _RUNNABLE = (
     "SELECT l.rowid FROM lines AS l JOIN batches AS b ON b.id = l.batch_id"
@@ -26,11 +26,8 @@ _RUNNABLE = (
 )
 
 
-class LineStore:
+class LineStore(Rows):
     """Lines and results of every batch; each method is one committed transaction."""
-
-    def __init__(self, db: Database) -> None:
-        self.db = db
 
     def validate(self, batch_id: str, read: LineReader, now: int) -> str | None:
         """Check a ``validating`` batch's input: its lines become ``pending`` (bad ones error

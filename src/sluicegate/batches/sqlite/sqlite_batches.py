@@ -20,6 +20,8 @@ from sluicegate.batches.batch_backend import (
     Claim,
     Counts,
     LineReader,
+    NewBatch,
+    NewFile,
     Progress,
     Quota,
     Record,
@@ -78,26 +80,15 @@ class SqliteBatches:
         self._thread.shutdown(wait=True)
 
     async def create_file(
-        self,
-        tenant: str,
-        purpose: str,
-        filename: str,
-        size: int,
-        lines: Iterable[bytes],
-        now: int,
-        *,
-        expires_at: int | None = None,
-        quota: Quota = NO_QUOTA,
+        self, file: NewFile, lines: Iterable[bytes], *, quota: Quota = NO_QUOTA
     ) -> Record:
         """See ``BatchBackend``: reserve, then one call per chunk of lines, then commit."""
-        file_id = await self._call(self._files.reserve, tenant, size, quota, now)
+        file_id = await self._call(self._files.reserve, file, quota)
         source, count = iter(lines), 0
         try:
             while written := await self._call(self._files.write, file_id, source, count):
                 count += written
-            return await self._call(
-                self._files.commit, file_id, tenant, purpose, filename, count, now, expires_at
-            )
+            return await self._call(self._files.commit, file_id, file, count)
         except BaseException:
             await asyncio.shield(self._call(self._files.abandon, file_id))
             raise
@@ -120,32 +111,9 @@ class SqliteBatches:
         """See ``BatchBackend``."""
         return await self._call(self._files.delete, tenant, file_id)
 
-    async def create_batch(
-        self,
-        tenant: str,
-        input_file_id: str,
-        endpoint: str,
-        window: str,
-        window_s: int,
-        lane: str,
-        metadata: dict[str, str] | None,
-        now: int,
-        *,
-        quota: Quota = NO_QUOTA,
-    ) -> Record:
+    async def create_batch(self, batch: NewBatch, *, quota: Quota = NO_QUOTA) -> Record:
         """See ``BatchBackend``."""
-        return await self._call(
-            self._batches.create,
-            tenant,
-            input_file_id,
-            endpoint,
-            window,
-            window_s,
-            lane,
-            metadata,
-            now,
-            quota,
-        )
+        return await self._call(self._batches.create, batch, quota)
 
     async def get_batch(self, tenant: str, batch_id: str) -> Record | None:
         """See ``BatchBackend``."""

@@ -23,7 +23,14 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Message
 
-from sluicegate.batches.batch_backend import BatchBackend, Counts, QuotaExceededError, Record
+from sluicegate.batches.batch_backend import (
+    BatchBackend,
+    Counts,
+    NewBatch,
+    NewFile,
+    QuotaExceededError,
+    Record,
+)
 from sluicegate.batches.batches_config import BatchesSpec, window_seconds
 from sluicegate.batches.lines import ENDPOINTS
 from sluicegate.batches.objects import batch_object, file_object
@@ -175,16 +182,10 @@ class BatchApi:
             until = expires_at(form, self.spec, now)
             upload.file.seek(0)
             lines = bounded_lines(upload.file, self.spec.max_lines, self.spec.max_line_bytes)
-            row = await self.backend.create_file(
-                tenant,
-                "batch",
-                name,
-                size,
-                lines,
-                now,
-                expires_at=until,
-                quota=self.spec.quota.of(tenant),
+            file = NewFile(
+                tenant=tenant, purpose="batch", filename=name, size=size, now=now, expires_at=until
             )
+            row = await self.backend.create_file(file, lines, quota=self.spec.quota.of(tenant))
         except QuotaExceededError as exc:
             raise quota_refusal(exc, self.spec) from None
         finally:
@@ -281,17 +282,17 @@ class BatchApi:
                 param="input_file_id",
             )
         try:
-            row = await self.backend.create_batch(
-                tenant,
-                file_id,
-                endpoint,
-                window,
-                window_s,
-                lane,
-                metadata,
-                int(time.time()),
-                quota=self.spec.quota.of(tenant),
+            batch = NewBatch(
+                tenant=tenant,
+                input_file_id=file_id,
+                endpoint=endpoint,
+                window=window,
+                window_s=window_s,
+                lane=lane,
+                metadata=metadata,
+                now=int(time.time()),
             )
+            row = await self.backend.create_batch(batch, quota=self.spec.quota.of(tenant))
         except QuotaExceededError as exc:
             raise quota_refusal(exc, self.spec) from None
         return _json(batch_object(row, Counts()))
