@@ -64,7 +64,7 @@ from sluicegate.batches.objects import new_id
 from sluicegate.batches.redis.admin_keys import RedisAdmin
 from sluicegate.batches.redis.batch_scripts import BatchScripts
 from sluicegate.batches.redis.lifecycle import RedisLifecycle, as_bytes, as_str
-from sluicegate.batches.redis.records import BATCH_COLUMNS, batch_record, file_record, listing
+from sluicegate.batches.redis.record_reads import BATCH_COLUMNS, batch_record, file_record, listing
 from sluicegate.batches.redis.retention import RedisRetention, refusal
 from sluicegate.store.store_errors import storage_error
 
