@@ -10,6 +10,7 @@ import orjson
 from starlette.responses import Response
 
 from sluicegate.core.retry import retry_after_values
+from sluicegate.errors import SluicegateError
 
 _TYPES = {
     400: "invalid_request_error",
@@ -29,7 +30,7 @@ _TYPES = {
 }
 
 
-class GatewayError(Exception):
+class GatewayError(SluicegateError):
     """An error the gateway answers with; raised anywhere below the handlers, rendered once."""
 
     def __init__(
