@@ -1,7 +1,9 @@
-"""One error root: ``sluicegate.errors.SluicegateError``.
+"""One error root (``sluicegate.errors.SluicegateError``) and one boundary where errors
+become HTTP answers (the app's exception handlers, ``gateway/app.py``).
 
 Every exception class defined under ``src/sluicegate`` derives from the root, found by
-importing every module.
+importing every module; the gateway answers a ``GatewayError`` raised in a Starlette
+endpoint through the app-level handler, with the same bytes the inference path sends.
 """
 
 from __future__ import annotations
@@ -16,9 +18,21 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from starlette.applications import Starlette
 
 import sluicegate
 from sluicegate.errors import SluicegateError
+from sluicegate.gateway.app import build_app
+from sluicegate.gateway.http_errors import GatewayError
+from tests.gateway.gateway_harness import (
+    ADMIN_KEY,
+    Stack,
+    gateway_config,
+    http_call,
+    openai_error,
+    serve_in_thread,
+    stack,
+)
 
 SRC = Path(sluicegate.__file__).parent
 
@@ -140,3 +154,52 @@ def test_the_root_imports_nothing() -> None:
     tree = ast.parse((SRC / "errors.py").read_text(encoding="utf-8"))
     imports = [node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)]
     assert [getattr(node, "module", None) for node in imports] == ["__future__"]
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[Stack]:
+    """A gateway with one tenant key, so ``/v1/models`` and inference need a key."""
+    tenants = "tenants:\n  - {name: a, api_key_env: KEY_A}\n"
+    with stack(tenants, environ={"KEY_A": "sk-error-root-canary"}) as live:
+        yield live
+
+
+def test_a_gateway_error_in_an_ops_endpoint_is_answered_by_the_app(gateway: Stack) -> None:
+    """``/admin/state`` without the key raises ``GatewayError(401)`` from its check and
+    catches nothing: the client gets the OpenAI-shaped 401, ``no-store`` included."""
+    reply = http_call(gateway.base_url, "GET", "/admin/state")
+    assert reply.status == 401
+    error = openai_error(reply)
+    assert (error["type"], error["code"], error["param"]) == (
+        "authentication_error",
+        "invalid_admin_key",
+        None,
+    )
+    assert error["message"] == "this endpoint needs the admin key"
+    assert reply.headers["cache-control"] == "no-store"
+
+
+def test_both_paths_answer_the_same_bytes(gateway: Stack) -> None:
+    """The same refusal (no key) from a Starlette endpoint (``/v1/models``) and from the
+    plain-ASGI inference path is the same answer: status, headers in order, and body."""
+    ops = http_call(gateway.base_url, "GET", "/v1/models")
+    inference = http_call(gateway.base_url, "POST", "/v1/chat/completions", json={})
+    assert ops.status == inference.status == 401
+    assert openai_error(ops)["code"] == "invalid_api_key"
+    assert ops.body == inference.body
+    without_date = [[(k, v) for k, v in r.headers.items() if k != "date"] for r in (ops, inference)]
+    assert without_date[0] == without_date[1]
+
+
+def test_without_the_app_handler_the_error_is_no_answer() -> None:
+    """The handler is the one boundary: taken out of a gateway's app, the same request
+    gets Starlette's plain-text 500 instead (no endpoint renders the error itself)."""
+    config = gateway_config([9], "")
+    app = build_app(config, environ={"SLUICEGATE_ADMIN_KEY": ADMIN_KEY}, scrape=False)
+    fallback = app._fallback
+    assert isinstance(fallback, Starlette)
+    del fallback.exception_handlers[GatewayError]
+    with serve_in_thread(app) as port:
+        reply = http_call(f"http://127.0.0.1:{port}", "GET", "/admin/state")
+    assert reply.status == 500
+    assert not reply.headers["content-type"].startswith("application/json")
