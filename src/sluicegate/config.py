@@ -32,12 +32,13 @@ from sluicegate.batches.batches_config import BatchesSpec
 from sluicegate.config_pressure import PressureSpec
 from sluicegate.core.policies import policy_names, simulation_only_policies
 from sluicegate.core.spec import ModelSpec, SchedulerSpec, TenantSpec
+from sluicegate.errors import SluicegateError
 
 Location = tuple[int | str, ...]
 """Where a value sits in the file, e.g. ``("models", 0, "lanes", 1, "policy")``."""
 
 
-class ConfigError(ValueError):
+class ConfigError(SluicegateError, ValueError):
     """The configuration is invalid; the message lists every problem with its location."""
 
 

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import orjson
 
 from sluicegate.batches.lines import LineError, LineRequest
+from sluicegate.errors import SluicegateError
 
 Record = dict[str, Any]
 """A file or batch as stored: the columns ``objects.file_object``/``batch_object`` read."""
@@ -70,7 +71,7 @@ class Quota:
 NO_QUOTA = Quota()
 
 
-class QuotaExceededError(Exception):
+class QuotaExceededError(SluicegateError):
     """A tenant's upload or batch would pass its ``Quota``: nothing was stored.
 
     ``kind``: ``bytes``, ``files`` or ``active_batches``; ``limit`` the quota;

@@ -15,6 +15,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+from sluicegate.errors import SluicegateError
+
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 120.0
 SHOWN_BODY_CHARS = 200
@@ -30,7 +32,7 @@ ID_SHAPES = {
 SHOWN_ID_CHARS = 80
 
 
-class BatchCliError(Exception):
+class BatchCliError(SluicegateError):
     """Something ``sluicegate batch`` cannot do: a bad argument, the gateway unreachable
     or refusing. Its message is safe to print (it never holds the API key)."""
 

@@ -18,10 +18,12 @@ from dataclasses import dataclass
 
 import orjson
 
+from sluicegate.errors import SluicegateError
+
 __all__ = ["DrainError", "DrainResult", "busy_counts", "drain", "undrain"]
 
 
-class DrainError(Exception):
+class DrainError(SluicegateError):
     """The gateway could not be drained: unreachable, or the admin key was refused."""
 
 

@@ -8,6 +8,8 @@ from typing import TypeVar
 
 import orjson
 
+from sluicegate.errors import SluicegateError
+
 DEFAULT_MAX_TOKENS = 256
 MAX_N = 128
 """The most choices one request may ask for (vLLM has no cap of its own but its batch)."""
@@ -16,7 +18,7 @@ CHARS_PER_TOKEN = 4
 _T = TypeVar("_T")
 
 
-class ApiError(Exception):
+class ApiError(SluicegateError):
     """A request the API refuses; rendered as OpenAI's ``{"error": {...}}`` body.
 
     Args:

@@ -24,7 +24,7 @@ from sluicegate.config import Config, ConfigError
 from sluicegate.gateway.batch_lane.lane import BatchLane, batch_routes_off
 from sluicegate.gateway.clock import Clock, OffsetClock
 from sluicegate.gateway.edge_protocol import ConnectionLimits, uvicorn_protocol_kwargs
-from sluicegate.gateway.http_errors import error_response
+from sluicegate.gateway.http_errors import GatewayError, error_response
 from sluicegate.gateway.ops.admin import NO_STORE_PREFIXES, AdminBatches, no_store
 from sluicegate.gateway.ops.dashboard import Dashboard
 from sluicegate.gateway.ops.ops_endpoints import Ops
@@ -69,10 +69,24 @@ def check_servable(config: Config, environ: Mapping[str, str] | None = None) -> 
             )
 
 
+async def _gateway_error(request: Request, exc: Exception) -> Response:
+    """The boundary of every Starlette endpoint: a ``GatewayError`` raised in one becomes
+    its OpenAI-shaped answer here."""
+    assert isinstance(exc, GatewayError)
+    return error_response(exc)
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404 (no route) and 405 (no such method), in OpenAI's shape."""
     assert isinstance(exc, HTTPException)
     code = "method_not_allowed" if exc.status_code == 405 else "not_found"
-    return error_response(exc.status_code, code, str(exc.detail), headers=dict(exc.headers or {}))
+    error = GatewayError(exc.status_code, code, str(exc.detail), headers=dict(exc.headers or {}))
+    return error_response(error)
+
+
+EXCEPTION_HANDLERS = {GatewayError: _gateway_error, HTTPException: _http_error}
+"""Where errors become HTTP answers, for every endpoint Starlette serves (the inference
+endpoints, plain ASGI, send the same bytes themselves)."""
 
 
 class GatewayApp:
@@ -186,9 +200,7 @@ def build_app(
         *Dashboard(state).routes(),
         *(batch_routes_off() if batches is None else batches.routes()),
     ]
-    app = Starlette(
-        routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error}
-    )
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
     app.state.gateway = state
     app.state.batches = batches
     return GatewayApp(state, app, inference)

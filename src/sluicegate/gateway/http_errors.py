@@ -2,6 +2,12 @@
 
 ``{"error": {"message", "type", "code", "param"}}``; 429 and 503 carry both
 ``Retry-After`` (integer seconds, at least 1) and ``retry-after-ms``.
+
+Code below the handlers raises ``GatewayError`` and never renders it: an error becomes
+an HTTP answer at one boundary, ``render_error``, called by the app's exception handlers
+(``gateway/app.py``, through ``error_response``). It is the function for the inference
+path's plain-ASGI send too, which answers the same bytes (``gateway/request/asgi_send.py``
+still builds them itself, from ``error_body`` and ``retry_headers``).
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ import orjson
 from starlette.responses import Response
 
 from sluicegate.core.retry import retry_after_values
+from sluicegate.errors import SluicegateError
 
 _TYPES = {
     400: "invalid_request_error",
@@ -29,8 +36,13 @@ _TYPES = {
 }
 
 
-class GatewayError(Exception):
-    """An error the gateway answers with; raised anywhere below the handlers, rendered once."""
+Headers = list[tuple[bytes, bytes]]
+"""Response headers as ASGI sends them: lower-case names, bytes."""
+
+
+class GatewayError(SluicegateError):
+    """An error the gateway answers with: raised anywhere below the handlers, never caught
+    to be answered there; ``render_error`` makes its HTTP answer."""
 
     def __init__(
         self,
@@ -49,17 +61,6 @@ class GatewayError(Exception):
         self.param = param
         self.retry_after_s = retry_after_s
         self.headers = headers or {}
-
-    def response(self) -> Response:
-        """The HTTP response for this error."""
-        return error_response(
-            self.status,
-            self.code,
-            self.message,
-            param=self.param,
-            retry_after_s=self.retry_after_s,
-            headers=self.headers,
-        )
 
 
 def retry_headers(retry_after_s: float) -> dict[str, str]:
@@ -82,22 +83,25 @@ def error_body(status: int, code: str, message: str, param: str | None = None) -
     )
 
 
-def error_response(
-    status: int,
-    code: str,
-    message: str,
-    *,
-    param: str | None = None,
-    retry_after_s: float | None = None,
-    headers: dict[str, str] | None = None,
-) -> Response:
-    """An OpenAI-shaped error response."""
-    all_headers = dict(headers or {})
-    if retry_after_s is not None:
-        all_headers.update(retry_headers(retry_after_s))
-    return Response(
-        error_body(status, code, message, param),
-        status_code=status,
-        media_type="application/json",
-        headers=all_headers,
-    )
+def render_error(error: GatewayError) -> tuple[int, bytes, Headers]:
+    """The HTTP answer to ``error``, the one rendering of every error: its status, its
+    OpenAI-shaped JSON body, and a new list of its headers: ``content-type:
+    application/json``, then ``error.headers``, then ``Retry-After`` and ``retry-after-ms``
+    when it has a ``retry_after_s``. ``Content-Length`` is left to the caller, which frames
+    the body (``asgi_send.send_body(send, *render_error(error))`` on the plain-ASGI path,
+    ``error_response`` under Starlette)."""
+    extra = dict(error.headers)
+    if error.retry_after_s is not None:
+        extra.update(retry_headers(error.retry_after_s))
+    headers: Headers = [(b"content-type", b"application/json")]
+    headers.extend((name.lower().encode(), value.encode()) for name, value in extra.items())
+    return error.status, error_body(error.status, error.code, error.message, error.param), headers
+
+
+def error_response(error: GatewayError) -> Response:
+    """``render_error``'s answer as a Starlette response (its headers in the same order,
+    ``Content-Length`` last), for the app's exception handlers."""
+    status, body, headers = render_error(error)
+    response = Response(body, status_code=status)
+    response.raw_headers[:0] = headers
+    return response

@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from sluicegate.errors import SluicegateError
+
 __all__ = [
     "ASSUMPTIONS",
     "TIMEOUT_SLO_MULTIPLE",
@@ -44,7 +46,7 @@ TIMEOUT_SLO_MULTIPLE = 2.0
 """Queue timeout recommended by :func:`plan_capacity`, as a multiple of the p99-wait SLO."""
 
 
-class PlanInfeasibleError(ValueError):
+class PlanInfeasibleError(SluicegateError, ValueError):
     """No replica count within the search limit meets the p99-wait SLO."""
 
 

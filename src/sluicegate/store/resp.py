@@ -35,6 +35,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from sluicegate.errors import SluicegateError
 from sluicegate.store.redis_url import parse_redis_url, tls_context
 
 __all__ = ["RespClient", "RespParser", "encode_commands"]
@@ -77,7 +78,7 @@ def error_reply(message: str) -> ResponseError | RedisConnectionError:
     return ResponseError(message) if kind is None else kind(rest)
 
 
-class _IncompleteError(Exception):
+class _IncompleteError(SluicegateError):
     """The buffer ends inside a reply: wait for more bytes."""
 
 

@@ -21,10 +21,12 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from sluicegate.errors import SluicegateError
+
 __all__ = ["StorageError", "StoreUnavailableError", "storage_error"]
 
 
-class StoreUnavailableError(Exception):
+class StoreUnavailableError(SluicegateError):
     """The store could not be reached or did not answer within its timeout.
 
     Every Redis error, timeout and connection error surfaces as this one type, so
@@ -33,7 +35,7 @@ class StoreUnavailableError(Exception):
     """
 
 
-class StorageError(Exception):
+class StorageError(SluicegateError):
     """Batch storage failed a call: ``full`` (it refuses to grow: Redis at ``maxmemory``, a
     full disk) or unavailable (unreachable, too slow, refusing writes for another reason).
 

@@ -116,15 +116,14 @@ class BatchApi:
                 tenant = self.state.tenant_of(request.headers.getlist("authorization"))
                 response: Response = await endpoint(request, tenant)
                 return response
-            except GatewayError as exc:
-                return exc.response()
             except Exception as exc:
                 failure = storage_error(exc)
                 if failure is None:
                     raise
                 if self.on_storage_error is not None:
                     self.on_storage_error("api", failure)
-                return storage_refusal(failure).response()
+                # Not chained: the original error's text may hold the request's lines.
+                raise storage_refusal(failure) from None
 
         return guarded
 

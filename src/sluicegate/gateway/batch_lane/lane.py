@@ -26,7 +26,7 @@ from sluicegate.gateway.batch_lane.batch_api import BatchApi
 from sluicegate.gateway.batch_lane.batch_metrics import BatchProgress
 from sluicegate.gateway.batch_lane.line_runner import BatchRunner
 from sluicegate.gateway.batch_lane.sweeper import BatchSweeper
-from sluicegate.gateway.http_errors import error_response
+from sluicegate.gateway.http_errors import GatewayError
 from sluicegate.gateway.state import GatewayState
 from sluicegate.gateway.workers.siblings import WorkerTopology
 
@@ -113,7 +113,7 @@ class BatchLane:
 
 
 async def _off(request: Request) -> Response:
-    return error_response(
+    raise GatewayError(
         404,
         "batches_disabled",
         "the Batch and Files APIs are off on this gateway; an operator turns them on with a "

@@ -160,29 +160,23 @@ class AdminBatches:
     async def listing(self, request: Request) -> Response:
         """Every tenant's batches newest first (``tenant`` narrows; ``after``, ``limit`` as
         in ``GET /v1/batches``), each with its ``tenant``."""
-        try:
-            check_admin_read(request, self.state)
-            backend = self._backend()
-            after, limit = _page(request)
-            tenant = request.query_params.get("tenant")
-            rows, more = await backend.admin_batches(tenant, after, limit)
-            return _json(_listing([await self._object(row) for row in rows], more))
-        except GatewayError as exc:
-            return exc.response()
+        check_admin_read(request, self.state)
+        backend = self._backend()
+        after, limit = _page(request)
+        tenant = request.query_params.get("tenant")
+        rows, more = await backend.admin_batches(tenant, after, limit)
+        return _json(_listing([await self._object(row) for row in rows], more))
 
     async def cancel(self, request: Request) -> Response:
         """Cancel any tenant's batch (``cancelling`` until the runner ends it)."""
-        try:
-            check_admin_write(request, self.state)
-            backend = self._backend()
-            batch_id = request.path_params["batch_id"]
-            route = await backend.batch_route(batch_id)
-            row = None
-            if route is not None:
-                row = await backend.cancel_batch(route[0], batch_id, int(time.time()))
-            if row is None:
-                shown = batch_id if len(batch_id) <= 64 and batch_id.isascii() else "…"
-                raise GatewayError(404, "not_found", f"no such batch: {shown!r}")
-            return _json(await self._object(row))
-        except GatewayError as exc:
-            return exc.response()
+        check_admin_write(request, self.state)
+        backend = self._backend()
+        batch_id = request.path_params["batch_id"]
+        route = await backend.batch_route(batch_id)
+        row = None
+        if route is not None:
+            row = await backend.cancel_batch(route[0], batch_id, int(time.time()))
+        if row is None:
+            shown = batch_id if len(batch_id) <= 64 and batch_id.isascii() else "…"
+            raise GatewayError(404, "not_found", f"no such batch: {shown!r}")
+        return _json(await self._object(row))

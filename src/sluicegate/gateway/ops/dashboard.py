@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from sluicegate.gateway.http_errors import error_response
+from sluicegate.gateway.http_errors import GatewayError
 from sluicegate.gateway.request.auth import admin_token
 from sluicegate.gateway.state import GatewayState
 
@@ -86,19 +86,17 @@ class Dashboard:
 
     def _serve(self, request: Request, name: str) -> Response:
         if not self.enabled:
-            return self._error(404, "not_found", "the dashboard is disabled (server.dashboard)")
+            raise _error(404, "not_found", "the dashboard is disabled (server.dashboard)")
         key = admin_token(request.headers)
         if key is None or not self.state.keys.is_admin(key):
             challenge = {"WWW-Authenticate": REALM_CHALLENGE}
-            return self._error(
-                401, "invalid_admin_key", "the dashboard needs the admin key", challenge
-            )
+            raise _error(401, "invalid_admin_key", "the dashboard needs the admin key", challenge)
         if name not in ASSETS:
-            return self._error(404, "not_found", "no such dashboard file")
+            raise _error(404, "not_found", "no such dashboard file")
         return Response(asset(name), media_type=ASSETS[name], headers=SECURITY_HEADERS)
 
-    @staticmethod
-    def _error(
-        status: int, code: str, message: str, extra: dict[str, str] | None = None
-    ) -> Response:
-        return error_response(status, code, message, headers={**SECURITY_HEADERS, **(extra or {})})
+
+def _error(
+    status: int, code: str, message: str, extra: dict[str, str] | None = None
+) -> GatewayError:
+    return GatewayError(status, code, message, headers={**SECURITY_HEADERS, **(extra or {})})

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sluicegate.gateway.batch_lane.batch_metrics import BatchProgress
-from sluicegate.gateway.http_errors import GatewayError, error_response
+from sluicegate.gateway.http_errors import GatewayError
 from sluicegate.gateway.ops.admin import check_admin_read, check_admin_write
 from sluicegate.gateway.request.auth import request_token, same_digest
 from sluicegate.gateway.state import GatewayState
@@ -96,7 +96,7 @@ class Ops:
             token is None
             or not (same_digest(token, self._metrics_key) or self.state.keys.is_admin(token))
         ):
-            return error_response(
+            raise GatewayError(
                 401, "invalid_metrics_key", "/metrics needs the metrics key as a bearer token"
             )
         local = generate_latest(self.state.metrics.registry)
@@ -120,7 +120,7 @@ class Ops:
             token = request_token(request.headers)
             keys = self.state.keys
             if token is None or (keys.tenant(token) is None and not keys.is_admin(token)):
-                return error_response(401, "invalid_api_key", "missing or unknown API key")
+                raise GatewayError(401, "invalid_api_key", "missing or unknown API key")
         data = [
             {"id": name, "object": "model", "created": self._created, "owned_by": "sluicegate"}
             for name in self.state.models
@@ -134,10 +134,7 @@ class Ops:
     async def admin_state(self, request: Request) -> Response:
         """Queues, running counts, limits and backends of every model (of every worker,
         as ``{"workers": [...]}``, under ``serve --workers``)."""
-        try:
-            token = check_admin_read(request, self.state)
-        except GatewayError as exc:
-            return exc.response()
+        token = check_admin_read(request, self.state)
         local = self._local_state()
         topology = self.topology
         if topology is None or not self._fans_out(request):
@@ -231,10 +228,7 @@ class Ops:
         return await self._set_draining(request, draining=False)
 
     async def _set_draining(self, request: Request, *, draining: bool) -> Response:
-        try:
-            token = check_admin_write(request, self.state)
-        except GatewayError as exc:
-            return exc.response()
+        token = check_admin_write(request, self.state)
         scheduler = self.state.scheduler
         if draining:
             scheduler.drain()

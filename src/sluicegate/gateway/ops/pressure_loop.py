@@ -23,13 +23,14 @@ import orjson
 from sluicegate.config_pressure import PressureSpec
 from sluicegate.core.pressure import PressureController, PressureSignal, max_stage
 from sluicegate.core.spec import ModelSpec
+from sluicegate.errors import SluicegateError
 
 __all__ = ["PressureLoop", "PressureQueryError"]
 
 log = logging.getLogger("sluicegate.pressure")
 
 
-class PressureQueryError(Exception):
+class PressureQueryError(SluicegateError):
     """A query could not be answered: the message says which and why (no secrets)."""
 
 

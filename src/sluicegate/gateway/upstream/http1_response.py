@@ -13,13 +13,15 @@ import sys
 from collections import deque
 from typing import TYPE_CHECKING
 
+from sluicegate.errors import SluicegateError
+
 if TYPE_CHECKING:
     from sluicegate.gateway.upstream.http1 import _Connection
 
 READ_BUFFER_BYTES = 1024 * 1024
 
 
-class UpstreamError(Exception):
+class UpstreamError(SluicegateError):
     """The engine's connection failed: refused, dropped, or sent what is not HTTP."""
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from sluicegate.core.ticket import BackendStats
+from sluicegate.errors import SluicegateError
 from sluicegate.gateway.state import GatewayState
 
 KV_USAGE = (
@@ -153,7 +154,7 @@ async def probe(session: aiohttp.ClientSession, url: str) -> bool:
         return False
 
 
-class _NoMetricsError(Exception):
+class _NoMetricsError(SluicegateError):
     """The engine has no usable ``/metrics``."""
 
 

@@ -20,12 +20,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from sluicegate.errors import SluicegateError
+
 READY_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
 _PR_SET_PDEATHSIG = 1
 
 
-class PrivateRedisError(RuntimeError):
+class PrivateRedisError(SluicegateError, RuntimeError):
     """The private Redis cannot run (not installed, or it would not start)."""
 
 

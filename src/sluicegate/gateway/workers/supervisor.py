@@ -41,6 +41,7 @@ from types import FrameType
 from typing import Final, Literal
 
 from sluicegate.config import Config, redacted_store
+from sluicegate.errors import SluicegateError
 from sluicegate.gateway.workers.private_redis import (
     PrivateRedis,
     PrivateRedisError,
@@ -72,7 +73,7 @@ POLL_S = 0.2
 _log = logging.getLogger("sluicegate.workers")
 
 
-class WorkersError(RuntimeError):
+class WorkersError(SluicegateError, RuntimeError):
     """``serve --workers`` cannot start; the message says why and what to do."""
 
 

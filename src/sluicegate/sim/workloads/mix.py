@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from sluicegate.errors import SluicegateError
 from sluicegate.outcomes import WorkloadRequest
 
 __all__ = ["SHARE_TOLERANCE", "MixEntry", "MixError", "apply_mix", "parse_mix"]
@@ -23,7 +24,7 @@ SHARE_TOLERANCE = 1e-6
 """How far the shares of a mix may sum from 1."""
 
 
-class MixError(ValueError):
+class MixError(SluicegateError, ValueError):
     """A mix specification that is malformed or whose shares do not sum to 1."""
 
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sluicegate.errors import SluicegateError
+
 __all__ = ["WorkloadError", "backwards"]
 
 
-class WorkloadError(ValueError):
+class WorkloadError(SluicegateError, ValueError):
     """A workload file that cannot be loaded; the message names the file and line.
 
     Attributes:
