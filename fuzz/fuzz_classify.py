@@ -23,6 +23,7 @@ with atheris.instrument_imports(include=["sluicegate"]):
 
     from sluicegate.core.spec import LaneSpec, ModelSpec, TenantSpec
     from sluicegate.core.ticket import MAX_PRIORITY, MIN_PRIORITY
+    from sluicegate.gateway.http_errors import GatewayError
     from sluicegate.gateway.request.auth import bearer
     from sluicegate.gateway.request.body import check_media_type
     from sluicegate.gateway.request.classify import (
@@ -35,7 +36,6 @@ with atheris.instrument_imports(include=["sluicegate"]):
         estimate_prompt_tokens,
         parse_body,
     )
-    from sluicegate.gateway.http_errors import GatewayError
 
 ENDPOINTS: tuple[Endpoint, ...] = ("chat", "completions", "embeddings")
 LANES = ("interactive", "batch")

@@ -25,8 +25,8 @@ import atheris  # type: ignore[import-untyped]
 with atheris.instrument_imports(include=["sluicegate"]):
     import orjson
 
-    from sluicegate.gateway.streams.assemble import StreamAssembler, streamable_copy
     from sluicegate.gateway.request.classify import Endpoint
+    from sluicegate.gateway.streams.assemble import StreamAssembler, streamable_copy
     from sluicegate.gateway.streams.scanner import SseScanner
     from sluicegate.gateway.streams.sse import SseSplitter
 

@@ -49,7 +49,7 @@ def bearer(key: str) -> dict[str, str]:
 
 def packaged(name: str) -> bytes:
     """The bytes of a dashboard file as shipped in the package."""
-    root = importlib.resources.files("sluicegate.gateway").joinpath("dashboard")
+    root = importlib.resources.files("sluicegate.gateway.ops").joinpath("dashboard")
     return root.joinpath(name).read_bytes()
 
 
@@ -151,7 +151,9 @@ def test_the_served_files_are_exactly_the_packaged_ones(gateway: Stack) -> None:
     """What the module serves is what the package ships: nothing missing, nothing extra."""
     shipped = {
         entry.name
-        for entry in importlib.resources.files("sluicegate.gateway").joinpath("dashboard").iterdir()
+        for entry in importlib.resources.files("sluicegate.gateway.ops")
+        .joinpath("dashboard")
+        .iterdir()
     }
     assert set(ASSETS) == set(TYPES) == shipped
 
