@@ -13,7 +13,7 @@ rate-limited tenant's key, so each also pays the store's ``take`` round trip.
    from /proc; store round trips per request from the gateways'
    ``sluicegate_store_round_trip_seconds_count``; falls back from global mode from
    ``sluicegate_store_transitions_total``.
-2. Throughput: open-loop steps (bench_overhead's ramp ×2, then geometric bisection),
+2. Throughput: open-loop steps (saturation_probe's ramp ×2, then geometric bisection),
    the load spread round-robin over a fleet's replicas; the fleets take turns step by
    step. Each step records the CPU of every gateway of the fleet, of Redis, of the
    engine, of the load generator and of everything else.

@@ -1,5 +1,5 @@
 """The client side of the distributed-mode benchmark: an open-loop generator that never
-waits for a response to launch the next request (bench_overhead's lean loop, with several
+waits for a response to launch the next request (saturation_probe's lean loop, with several
 targets interleaved and each target's requests spread round-robin over its gateways), the
 cross-replica hand-off probe, and the parking of many waiting requests.
 """

@@ -1,5 +1,5 @@
 """The throughput phase of the distributed-mode benchmark: open-loop steps against each
-fleet (load round-robin over its replicas), bench_overhead's ramp and bisection, the fleets
+fleet (load round-robin over its replicas), saturation_probe's ramp and bisection, the fleets
 taking turns step by step, and the CPU every process used in each step."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import aiohttp
 from rich.console import Console
 
-from bench_overhead import KEEP_PACE, Probe
 from distributed_load import client_session, fire, spread
 from distributed_stack import FAST_MODEL, Bench, Meter, store_counters
+from saturation_probe import KEEP_PACE, Probe
 from tables import Grid, cells, percentile_ms
 
 __all__ = ["Step", "ceiling_grid", "fmt", "ratio", "steps_grid", "throughput"]

@@ -1,5 +1,5 @@
 """Processes and load for ``bench_floor.py``: the targets in front of one upstream, the
-lean paced generator that drives them all at once, and what each process holds in memory.
+lean paced generator that drives them all at once.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import aiohttp
 
 import fake_upstream
-from bench_overhead import MODEL, PROMPT_TOKENS, process_table, process_tree
+from overhead_stack import MODEL, PROMPT_TOKENS
 from sluicegate.bench.loadgen import build_headers
 from sluicegate.demo.processes import children, free_port
 from sluicegate.outcomes import WorkloadRequest
@@ -146,16 +146,3 @@ async def paced(
                         await asyncio.sleep(delay)
                     group.create_task(one(name, sessions[name], i, at))
     return samples
-
-
-def memory_mb(pid: int) -> tuple[float, float]:
-    """``VmRSS`` and ``VmHWM`` (MB) of ``pid``, summed with its descendants'."""
-    rss = peak = 0
-    for member in process_tree(pid, process_table()):
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{member}/status").read_text().splitlines():
-                key, _, value = line.partition(":")
-                if key in ("VmRSS", "VmHWM"):
-                    kb = int(value.split()[0])
-                    rss, peak = (rss + kb, peak) if key == "VmRSS" else (rss, peak + kb)
-    return rss / 1024, peak / 1024

@@ -38,9 +38,9 @@ from pathlib import Path
 from rich.console import Console
 
 import fake_upstream
-from bench_overhead import MODEL
 from floor_stack import GATEWAY_CONFIG, KEY, KEY_ENV, paced
 from livestack import Process, fast_loop, write_report
+from overhead_stack import MODEL
 from sluicegate.demo.processes import Children, children, free_port
 from tables import Grid, cells
 

@@ -53,6 +53,16 @@ def ms(value: float, digits: int = 1) -> str:
     return "—" if math.isnan(value) else f"{value:.{digits}f}"
 
 
+def us(value: float) -> str:
+    """A microsecond figure for a table, whole, ``—`` for NaN."""
+    return "—" if math.isnan(value) else f"{value:.0f}"
+
+
+def pct(share: float) -> str:
+    """A share (0.42) as a whole percentage for a table (``42%``), ``—`` for NaN."""
+    return "—" if math.isnan(share) else f"{share * 100:.0f}%"
+
+
 def bar_row(
     label: str, value: float, limit: float, unit: str, *, upper: bool, digits: int = 2
 ) -> list[str]:

@@ -30,6 +30,7 @@ from sluicegate.planner.warm_buffer import Burst, WarmPlan, plan_warm_buffer
 README_INPUT = PlanInput(
     arrival_rate=20.0, mean_service_s=4.0, cv_service=1.5, slots_per_replica=32, p99_wait_slo_s=2.0
 )
+"""The README's example (``README_ARGS``), shared with ``test_plan_warm``."""
 README_ARGS = ["plan", "--rate", "20", "--service-s", "4", "--slots", "32", "--slo-s", "2",
                "--cv-service", "1.5", "--model", "llama-3.1-8b"]  # fmt: skip
 PROMTOOL = shutil.which("promtool")

@@ -27,10 +27,7 @@ from sluicegate.planner.warm_buffer import (
     plan_warm_buffer,
     rule_of_thumb_warm,
 )
-
-README_INPUT = PlanInput(
-    arrival_rate=20.0, mean_service_s=4.0, cv_service=1.5, slots_per_replica=32, p99_wait_slo_s=2.0
-)
+from tests.test_plan_keda import README_INPUT
 
 
 def _normal_sf(z: float) -> float:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from sluicegate.core.decisions import Admit, Decision
 from sluicegate.core.spec import BackendSpec, LaneSpec, ModelSpec, SchedulerSpec, TenantSpec
@@ -20,6 +21,10 @@ from sluicegate.core.ticket import Ticket, TicketId
 
 MODEL = "m"
 LANE = "main"
+
+LaneFactory = Callable[..., LaneSpec]
+SpecFactory = Callable[..., SchedulerSpec]
+TicketFactory = Callable[..., Ticket]
 
 
 def build_lane(name: str = LANE, **overrides: Any) -> LaneSpec:
@@ -85,25 +90,36 @@ def build_ticket(
     )
 
 
+def machine_settings(max_examples: int) -> settings:
+    """How the core's hypothesis state machines run: ``max_examples`` runs of up to 40
+    steps each, no deadline, slow examples allowed."""
+    return settings(
+        max_examples=max_examples,
+        stateful_step_count=40,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+
+
 def admitted_ids(decisions: Sequence[Decision]) -> list[str]:
     """Ids of the tickets ``decisions`` admit, in order."""
     return [d.ticket.id for d in decisions if isinstance(d, Admit)]
 
 
 @pytest.fixture(scope="session")
-def make_lane() -> Callable[..., LaneSpec]:
+def make_lane() -> LaneFactory:
     """``build_lane``: a ``LaneSpec`` with test-friendly defaults."""
     return build_lane
 
 
 @pytest.fixture(scope="session")
-def make_spec() -> Callable[..., SchedulerSpec]:
+def make_spec() -> SpecFactory:
     """``build_spec``: a one-model ``SchedulerSpec``."""
     return build_spec
 
 
 @pytest.fixture(scope="session")
-def make_ticket() -> Callable[..., Ticket]:
+def make_ticket() -> TicketFactory:
     """``build_ticket``: a ``Ticket`` for model ``m``."""
     return build_ticket
 

@@ -10,18 +10,16 @@ bounded by the ticket's expiry and by the backends left to try. A completion wit
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TypeVar
 
 from sluicegate.core.decisions import Admit, Decision, ErrorCode, Expire
 from sluicegate.core.entry import State
 from sluicegate.core.scheduler import Scheduler
-from sluicegate.core.spec import AdaptiveSpec, LaneSpec, SchedulerSpec
-from sluicegate.core.ticket import Feedback, Ticket, TicketId, Usage
+from sluicegate.core.spec import AdaptiveSpec
+from sluicegate.core.ticket import Feedback, TicketId, Usage
+from tests.core.conftest import LaneFactory, SpecFactory, TicketFactory
 
-LaneFactory = Callable[..., LaneSpec]
-SpecFactory = Callable[..., SchedulerSpec]
-TicketFactory = Callable[..., Ticket]
 MODEL = "m"
 D = TypeVar("D", Admit, Expire)
 

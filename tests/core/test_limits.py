@@ -17,6 +17,12 @@ def _limit(mode: str, cap: int = 64, **settings_: object) -> Limit:
     return make_limit(AdaptiveSpec.model_validate({"mode": mode, **settings_}), cap)
 
 
+def _kv(limit: Limit, usage: float, inflight: int) -> int:
+    """One KV-cache reading; the limit after it."""
+    limit.on_kv_usage(usage, inflight=inflight)
+    return limit.value
+
+
 def _loaded_samples(limit: Limit, rtt_s: float, count: int, kind: SampleKind = FIRST) -> None:
     for _ in range(count):
         limit.on_success(rtt_s, inflight=limit.value, kind=kind)
@@ -25,28 +31,22 @@ def _loaded_samples(limit: Limit, rtt_s: float, count: int, kind: SampleKind = F
 def test_kv_cache_falls_multiplicatively_above_high_water() -> None:
     """Above high water each reading sets L = floor(L * decrease)."""
     limit = _limit("kv_cache", cap=100, decrease=0.5)
-    limit.on_kv_usage(0.95, inflight=100)
-    assert limit.value == 50
-    limit.on_kv_usage(0.95, inflight=50)
-    assert limit.value == 25
+    assert _kv(limit, 0.95, 100) == 50
+    assert _kv(limit, 0.95, 50) == 25
 
 
 def test_kv_cache_always_drops_by_at_least_one_until_floor() -> None:
     """A small limit still shrinks by one per high reading, and stops at the floor."""
     limit = _limit("kv_cache", cap=3, floor=2, decrease=0.9)
-    limit.on_kv_usage(0.99, inflight=3)
-    assert limit.value == 2
-    limit.on_kv_usage(0.99, inflight=2)
-    assert limit.value == 2
+    assert _kv(limit, 0.99, 3) == 2
+    assert _kv(limit, 0.99, 2) == 2
 
 
 def test_kv_cache_recovers_additively_below_low_water() -> None:
     """Below low water each reading adds ``increase``, up to the cap."""
     limit = _limit("kv_cache", cap=20, decrease=0.5, increase=3)
-    limit.on_kv_usage(0.95, inflight=20)
-    assert limit.value == 10
-    limit.on_kv_usage(0.1, inflight=10)
-    assert limit.value == 13
+    assert _kv(limit, 0.95, 20) == 10
+    assert _kv(limit, 0.1, 10) == 13
     for _ in range(10):
         limit.on_kv_usage(0.1, inflight=10)
     assert limit.value == 20
@@ -56,8 +56,7 @@ def test_kv_cache_holds_between_watermarks() -> None:
     """A reading between the watermarks leaves the limit where it is."""
     limit = _limit("kv_cache", cap=20, decrease=0.5)
     limit.on_kv_usage(0.95, inflight=20)
-    limit.on_kv_usage(0.8, inflight=10)
-    assert limit.value == 10
+    assert _kv(limit, 0.8, 10) == 10
 
 
 def test_kv_cache_ignores_latency_samples() -> None:
@@ -165,29 +164,27 @@ def test_gradient_long_rtt_is_the_mean_while_warming_up() -> None:
     assert limit.long_rtt_s == pytest.approx(0.3)
 
 
-def test_gradient_long_rtt_is_an_exponential_average_after_warm_up() -> None:
-    """Once warm, each sample moves the long RTT by alpha = 2/(window+1) of the gap."""
+@pytest.mark.parametrize(
+    ("sample_s", "long_rtt_s"),
+    [
+        pytest.param(0.6, 0.8, id="exponential-average"),
+        pytest.param(0.2, 0.6 * 0.95, id="decays-when-far-above-the-sample"),
+    ],
+)
+def test_gradient_long_rtt_after_warm_up(sample_s: float, long_rtt_s: float) -> None:
+    """Once warm, each sample moves the long RTT by alpha = 2/(window+1) of the gap; when
+    long/short exceeds 2 the stored long RTT is also multiplied by 0.95."""
     limit = _gradient(long_window=3)
     for _ in range(5):
         limit.on_success(1.0, inflight=0, kind=FIRST)
-    limit.on_success(0.6, inflight=0, kind=FIRST)
-    assert limit.long_rtt_s == pytest.approx(0.8)
-
-
-def test_gradient_long_rtt_decays_when_far_above_the_sample() -> None:
-    """When long/short exceeds 2 the stored long RTT is also multiplied by 0.95."""
-    limit = _gradient(long_window=3)
-    for _ in range(5):
-        limit.on_success(1.0, inflight=0, kind=FIRST)
-    limit.on_success(0.2, inflight=0, kind=FIRST)
-    assert limit.long_rtt_s == pytest.approx(0.6 * 0.95)
+    limit.on_success(sample_s, inflight=0, kind=FIRST)
+    assert limit.long_rtt_s == pytest.approx(long_rtt_s)
 
 
 def test_gradient_ignores_kv_usage() -> None:
     """KV readings do not move a latency limit."""
     limit = _limit("latency", cap=20)
-    limit.on_kv_usage(1.0, inflight=20)
-    assert limit.value == 20
+    assert _kv(limit, 1.0, 20) == 20
 
 
 def test_aimd_decreases_on_drop() -> None:
@@ -245,5 +242,4 @@ def test_aimd_holds_when_app_limited() -> None:
 def test_aimd_ignores_kv_usage() -> None:
     """KV readings do not move an AIMD limit."""
     limit = _limit("aimd", cap=20)
-    limit.on_kv_usage(1.0, inflight=20)
-    assert limit.value == 20
+    assert _kv(limit, 1.0, 20) == 20

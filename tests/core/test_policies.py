@@ -8,7 +8,7 @@ again and again reveals the queue order as the sequence of ``Admit`` decisions.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -18,12 +18,9 @@ from pydantic import ValidationError
 from sluicegate.core.decisions import Admit, Decision
 from sluicegate.core.policies import ORDERINGS
 from sluicegate.core.scheduler import Scheduler
-from sluicegate.core.spec import LaneSpec, SchedulerSpec, TenantSpec
+from sluicegate.core.spec import TenantSpec
 from sluicegate.core.ticket import Ticket, Usage
-
-LaneFactory = Callable[..., LaneSpec]
-SpecFactory = Callable[..., SchedulerSpec]
-TicketFactory = Callable[..., Ticket]
+from tests.core.conftest import LaneFactory, SpecFactory, TicketFactory
 
 MODEL = "m"
 LANE = "main"

@@ -78,27 +78,25 @@ def test_converges_to_distribution_mean() -> None:
     assert within(predictor.predict_output("chat", 2048), 300.0)
 
 
-def test_conditions_on_lane() -> None:
-    """Lanes are separate populations: each lane's prediction tracks its own mean."""
-    rng = random.Random(11)
+@pytest.mark.parametrize(
+    ("seed", "populations"),
+    [
+        pytest.param(11, [("chat", 1024, 60.0), ("batch", 1024, 500.0)], id="lane"),
+        pytest.param(13, [("chat", 128, 40.0), ("chat", 4096, 900.0)], id="max-tokens-bucket"),
+    ],
+)
+def test_conditions_on_lane_and_max_tokens_bucket(
+    seed: int, populations: list[tuple[str, int, float]]
+) -> None:
+    """Lanes are separate populations, and so, within a lane, are small and large max_tokens
+    (different power-of-two buckets): each (lane, max_tokens) tracks its own mean."""
+    rng = random.Random(seed)
     predictor = fresh()
     for _ in range(400):
-        observe_output(predictor, "chat", 1024, lognormal_output(rng, 60.0, 1024))
-        observe_output(predictor, "batch", 1024, lognormal_output(rng, 500.0, 1024))
-    assert within(predictor.predict_output("chat", 1024), 60.0)
-    assert within(predictor.predict_output("batch", 1024), 500.0)
-
-
-def test_conditions_on_max_tokens_bucket() -> None:
-    """Within a lane, small and large max_tokens (different power-of-two buckets) are
-    predicted from their own samples."""
-    rng = random.Random(13)
-    predictor = fresh()
-    for _ in range(400):
-        observe_output(predictor, "chat", 128, lognormal_output(rng, 40.0, 128))
-        observe_output(predictor, "chat", 4096, lognormal_output(rng, 900.0, 4096))
-    assert within(predictor.predict_output("chat", 128), 40.0)
-    assert within(predictor.predict_output("chat", 4096), 900.0)
+        for lane, max_tokens, mean in populations:
+            observe_output(predictor, lane, max_tokens, lognormal_output(rng, mean, max_tokens))
+    for lane, max_tokens, mean in populations:
+        assert within(predictor.predict_output(lane, max_tokens), mean)
 
 
 def test_unseen_bucket_falls_back_to_lane() -> None:

@@ -6,8 +6,6 @@ values, as the gateway's pressure loop drives it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -21,12 +19,9 @@ from sluicegate.core.pressure import (
     max_stage,
 )
 from sluicegate.core.scheduler import Scheduler
-from sluicegate.core.spec import LaneSpec, SchedulerSpec, default_lanes
-from sluicegate.core.ticket import Outcome, Ticket, Usage
-
-LaneFactory = Callable[..., LaneSpec]
-SpecFactory = Callable[..., SchedulerSpec]
-TicketFactory = Callable[..., Ticket]
+from sluicegate.core.spec import default_lanes
+from sluicegate.core.ticket import Outcome, Usage
+from tests.core.conftest import LaneFactory, SpecFactory, TicketFactory
 
 SIGNAL = PressureSignal("kueue", threshold=10.0, clear_below=5.0)
 

@@ -7,20 +7,15 @@ fixture (fifo, never preemptible, hour-long timeouts).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
 from sluicegate.core.decisions import Admit
 from sluicegate.core.limits import Limit, SampleKind
 from sluicegate.core.limits.feedback import report_outcome
 from sluicegate.core.scheduler import Scheduler
-from sluicegate.core.spec import AdaptiveSpec, LaneSpec, SchedulerSpec
+from sluicegate.core.spec import AdaptiveSpec
 from sluicegate.core.ticket import Feedback, Ticket, Usage
-
-LaneFactory = Callable[..., LaneSpec]
-SpecFactory = Callable[..., SchedulerSpec]
-TicketFactory = Callable[..., Ticket]
+from tests.core.conftest import LaneFactory, SpecFactory, TicketFactory
 
 MODEL = "m"
 CAP = 8

@@ -8,7 +8,7 @@ timeouts unless overridden).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TypeVar
 
 import pytest
@@ -26,12 +26,9 @@ from sluicegate.core.decisions import (
 )
 from sluicegate.core.entry import State
 from sluicegate.core.scheduler import Scheduler
-from sluicegate.core.spec import AdaptiveSpec, LaneSpec, SchedulerSpec, TenantSpec
+from sluicegate.core.spec import AdaptiveSpec, TenantSpec
 from sluicegate.core.ticket import BackendStats, Ticket, TicketId, Usage
-
-LaneFactory = Callable[..., LaneSpec]
-SpecFactory = Callable[..., SchedulerSpec]
-TicketFactory = Callable[..., Ticket]
+from tests.core.conftest import LaneFactory, SpecFactory, TicketFactory
 
 MODEL = "m"
 LANE = "main"
@@ -112,26 +109,25 @@ def test_zero_queue_lane_admits_when_free(
     assert ids(sched.submit(make_ticket("a"), 0.0), Admit) == ["a"]
 
 
-def test_zero_queue_lane_rejects_when_lane_busy(
-    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
+@pytest.mark.parametrize(
+    ("lane_cap", "model_cap"),
+    [pytest.param(1, 8, id="lane-busy"), pytest.param(4, 1, id="model-busy")],
+)
+def test_zero_queue_lane_rejects_when_busy(
+    lane_cap: int,
+    model_cap: int,
+    make_spec: SpecFactory,
+    make_lane: LaneFactory,
+    make_ticket: TicketFactory,
 ) -> None:
     """A max_queue=0 lane at its own cap rejects with queue_full (it has no queue to wait in),
-    even though the model as a whole still has room."""
-    sched = Scheduler(make_spec(make_lane(max_queue=0), max_concurrency=8))
+    even though the model as a whole still has room; so does one whose model is at its cap."""
+    lane = make_lane(max_queue=0, max_concurrency=lane_cap)
+    sched = Scheduler(make_spec(lane, max_concurrency=model_cap))
     sched.submit(make_ticket("a"), 0.0)
     reject = the_reject(sched.submit(make_ticket("b"), 0.0))
     assert (reject.status, reject.code) == (429, ErrorCode.QUEUE_FULL)
     assert sched.lane_view(MODEL, LANE).queued == 0
-
-
-def test_zero_queue_lane_rejects_when_model_busy(
-    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
-) -> None:
-    """A max_queue=0 lane rejects with queue_full when the model is at its cap."""
-    sched = Scheduler(make_spec(make_lane(max_queue=0, max_concurrency=4), max_concurrency=1))
-    sched.submit(make_ticket("a"), 0.0)
-    reject = the_reject(sched.submit(make_ticket("b"), 0.0))
-    assert reject.code is ErrorCode.QUEUE_FULL
 
 
 # ---------------------------------------------------------------------------- rate limits
@@ -280,35 +276,32 @@ def two_lanes(
     return Scheduler(make_spec(lane_a, lane_b, max_concurrency=model_cap))
 
 
-def test_borrowing_uses_idle_lane_capacity(
-    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
+@pytest.mark.parametrize(
+    ("borrow", "lend", "borrowed"),
+    [
+        pytest.param(True, True, 1, id="borrows-idle-quota"),
+        pytest.param(False, True, 0, id="borrow-false-queues"),
+        pytest.param(True, False, 0, id="lend-false-reserves"),
+    ],
+)
+def test_full_lane_borrows_only_idle_quota_that_may_be_lent(
+    borrow: bool,
+    lend: bool,
+    borrowed: int,
+    make_spec: SpecFactory,
+    make_lane: LaneFactory,
+    make_ticket: TicketFactory,
 ) -> None:
-    """borrow: true — a full lane runs extra tickets on another lane's idle quota."""
-    sched = two_lanes(make_spec, make_lane)
+    """borrow: true — a full lane runs extra tickets on another lane's idle quota;
+    borrow: false — it queues even though the other lane is idle; lend: false — a lane's
+    idle quota is never lent to a borrowing lane, and its own ticket still runs there."""
+    sched = two_lanes(make_spec, make_lane, borrow=borrow, lend=lend)
     sched.submit(make_ticket("a1", lane="a"), 0.0)
-    assert ids(sched.submit(make_ticket("a2", lane="a"), 0.0), Admit) == ["a2"]
+    assert ids(sched.submit(make_ticket("a2", lane="a"), 0.0), Admit if borrowed else Queued)
     view = sched.lane_view(MODEL, "a")
-    assert (view.own, view.borrowed, view.queued) == (1, 1, 0)
-
-
-def test_no_borrowing_when_borrow_false(
-    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
-) -> None:
-    """borrow: false — a full lane queues even though another lane is idle."""
-    sched = two_lanes(make_spec, make_lane, borrow=False)
-    sched.submit(make_ticket("a1", lane="a"), 0.0)
-    assert only(sched.submit(make_ticket("a2", lane="a"), 0.0), Queued)
-    assert sched.lane_view(MODEL, "a").borrowed == 0
-
-
-def test_lend_false_reserves_capacity(
-    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
-) -> None:
-    """lend: false — a lane's idle quota is never lent to a borrowing lane."""
-    sched = two_lanes(make_spec, make_lane, lend=False)
-    sched.submit(make_ticket("a1", lane="a"), 0.0)
-    assert only(sched.submit(make_ticket("a2", lane="a"), 0.0), Queued)
-    assert ids(sched.submit(make_ticket("b1", lane="b"), 0.0), Admit) == ["b1"]
+    assert (view.own, view.borrowed, view.queued) == (1, borrowed, 1 - borrowed)
+    if not lend:
+        assert ids(sched.submit(make_ticket("b1", lane="b"), 0.0), Admit) == ["b1"]
 
 
 def test_lender_reclaims_by_preempting_borrower(
@@ -353,27 +346,43 @@ def victim(make_ticket: TicketFactory, name: str, priority: int, **fields: objec
     return make_ticket(name, priority=priority, max_tokens=100, streaming=True, **fields)
 
 
-@pytest.mark.parametrize("priority", [1, 2, 3])
+def preempted_for_w(sched: Scheduler, make_ticket: TicketFactory) -> list[Preempt]:
+    """The preemptions issued when the urgent priority-0 waiter ``w`` arrives at t=1."""
+    return only(sched.submit(urgent(make_ticket, "w", 1.0), 1.0), Preempt)
+
+
+def aborted_and_gone(sched: Scheduler, preempt: Preempt, now: float) -> None:
+    """``preempt`` aborts ``v``, which is gone once the driver completes it at ``now``."""
+    assert preempt.action is PreemptAction.ABORT
+    sched.complete(TicketId("v"), OK, now)
+    assert sched.state_of(TicketId("v")) is None
+
+
+@pytest.mark.parametrize(
+    ("priority", "generated"),
+    [
+        pytest.param(1, 0, id="1"),
+        pytest.param(2, 0, id="2"),
+        pytest.param(3, 0, id="3"),
+        pytest.param(1, 99, id="1-even-when-done"),
+    ],
+)
 def test_priorities_up_to_three_not_preempted_without_progress(
-    priority: int, make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
+    priority: int,
+    generated: int,
+    make_spec: SpecFactory,
+    make_lane: LaneFactory,
+    make_ticket: TicketFactory,
 ) -> None:
-    """Priorities 0–1 are never preempted and 2–3 not before 80% progress, even for an urgent
-    priority-0 waiter."""
+    """Priorities 0–1 are never preempted, whatever their progress, and 2–3 not before 80%
+    progress, even for an urgent priority-0 waiter."""
     sched = preemption_lane(make_spec, make_lane)
     sched.submit(victim(make_ticket, "v", priority), 0.0)
-    assert only(sched.submit(urgent(make_ticket, "w", 1.0), 1.0), Preempt) == []
+    if generated:
+        sched.progress(TicketId("v"), generated)
+    assert preempted_for_w(sched, make_ticket) == []
     for now in (5.0, 50.0):
         assert only(sched.tick(now), Preempt) == []
-
-
-def test_priority_one_never_preempted_even_when_done(
-    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
-) -> None:
-    """Priority 1 is never preempted, whatever its progress."""
-    sched = preemption_lane(make_spec, make_lane)
-    sched.submit(victim(make_ticket, "v", 1), 0.0)
-    sched.progress(TicketId("v"), 99)
-    assert only(sched.submit(urgent(make_ticket, "w", 1.0), 1.0), Preempt) == []
 
 
 def test_priority_three_preempted_after_eighty_percent(
@@ -383,7 +392,7 @@ def test_priority_three_preempted_after_eighty_percent(
     sched = preemption_lane(make_spec, make_lane)
     sched.submit(victim(make_ticket, "v", 3), 0.0)
     sched.progress(TicketId("v"), 79)
-    assert only(sched.submit(urgent(make_ticket, "w", 1.0), 1.0), Preempt) == []
+    assert preempted_for_w(sched, make_ticket) == []
     wakeup = sched.next_wakeup()
     assert wakeup is not None
     assert only(sched.tick(wakeup), Preempt) == []
@@ -400,34 +409,34 @@ def test_low_priorities_preempted_any_time(
     """Priority 4–5 is preempted with no progress at all, for an urgent more important waiter."""
     sched = preemption_lane(make_spec, make_lane)
     sched.submit(victim(make_ticket, "v", priority), 0.0)
-    out = sched.submit(urgent(make_ticket, "w", 1.0), 1.0)
-    (preempt,) = only(out, Preempt)
+    (preempt,) = preempted_for_w(sched, make_ticket)
     assert (preempt.ticket.id, preempt.action) == ("v", PreemptAction.ABORT)
     assert ids(sched.complete(TicketId("v"), OK, 2.0), Admit) == ["w"]
 
 
-def test_victim_is_lowest_priority_first(
-    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
+@pytest.mark.parametrize(
+    ("running", "chosen"),
+    [
+        pytest.param({"p4": (4, 5), "p5": (5, 90)}, "p5", id="lowest-priority-first"),
+        pytest.param({"x": (4, 50), "y": (4, 10)}, "y", id="least-progress-among-equals"),
+    ],
+)
+def test_victim_choice(
+    running: dict[str, tuple[int, int]],
+    chosen: str,
+    make_spec: SpecFactory,
+    make_lane: LaneFactory,
+    make_ticket: TicketFactory,
 ) -> None:
-    """Victim choice: the least important running ticket, even if it has more progress."""
+    """Victim choice: the least important running ticket, even if it has more progress;
+    among equal priorities, the one with the least progress to lose. ``running``: name →
+    (priority, tokens generated)."""
     sched = preemption_lane(make_spec, make_lane, cap=2)
-    sched.submit(victim(make_ticket, "p4", 4), 0.0)
-    sched.submit(victim(make_ticket, "p5", 5), 0.0)
-    sched.progress(TicketId("p4"), 5)
-    sched.progress(TicketId("p5"), 90)
-    assert ids(sched.submit(urgent(make_ticket, "w", 1.0), 1.0), Preempt) == ["p5"]
-
-
-def test_victim_is_least_progress_among_equals(
-    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
-) -> None:
-    """Victim choice among equal priorities: the one with the least progress to lose."""
-    sched = preemption_lane(make_spec, make_lane, cap=2)
-    sched.submit(victim(make_ticket, "x", 4), 0.0)
-    sched.submit(victim(make_ticket, "y", 4), 0.0)
-    sched.progress(TicketId("x"), 50)
-    sched.progress(TicketId("y"), 10)
-    assert ids(sched.submit(urgent(make_ticket, "w", 1.0), 1.0), Preempt) == ["y"]
+    for name, (priority, _) in running.items():
+        sched.submit(victim(make_ticket, name, priority), 0.0)
+    for name, (_, generated) in running.items():
+        sched.progress(TicketId(name), generated)
+    assert [p.ticket.id for p in preempted_for_w(sched, make_ticket)] == [chosen]
 
 
 def test_requeue_puts_non_streaming_victim_back(
@@ -436,7 +445,7 @@ def test_requeue_puts_non_streaming_victim_back(
     """preempt_action requeue: a non-streaming victim is queued again after its complete."""
     sched = preemption_lane(make_spec, make_lane, preempt_action="requeue", policy="priority")
     sched.submit(make_ticket("v", priority=4), 0.0)
-    (preempt,) = only(sched.submit(urgent(make_ticket, "w", 1.0), 1.0), Preempt)
+    (preempt,) = preempted_for_w(sched, make_ticket)
     assert preempt.action is PreemptAction.REQUEUE
     assert ids(sched.complete(TicketId("v"), OK, 2.0), Admit) == ["w"]
     assert sched.state_of(TicketId("v")) is State.QUEUED
@@ -449,7 +458,7 @@ def test_requeued_victim_does_not_take_the_slot_freed_for_waiter(
     requeued victim would sort ahead of it in the lane (fifo: the victim arrived first)."""
     sched = preemption_lane(make_spec, make_lane, preempt_action="requeue", policy="fifo")
     sched.submit(make_ticket("v", priority=4), 0.0)
-    assert ids(sched.submit(urgent(make_ticket, "w", 1.0), 1.0), Preempt) == ["v"]
+    assert [p.ticket.id for p in preempted_for_w(sched, make_ticket)] == ["v"]
     out = sched.complete(TicketId("v"), OK, 2.0)
     assert ids(out, Admit) == ["w"]
     assert only(out, Preempt) == []
@@ -468,9 +477,7 @@ def test_requeue_is_capped_by_max_requeues(
     sched.complete(TicketId("v"), OK, 2.0)
     assert ids(sched.complete(TicketId("w1"), OK, 3.0), Admit) == ["v"]
     (preempt,) = only(sched.submit(urgent(make_ticket, "w2", 4.0), 4.0), Preempt)
-    assert preempt.action is PreemptAction.ABORT
-    sched.complete(TicketId("v"), OK, 5.0)
-    assert sched.state_of(TicketId("v")) is None
+    aborted_and_gone(sched, preempt, 5.0)
 
 
 def test_streaming_victim_is_never_requeued(
@@ -479,23 +486,28 @@ def test_streaming_victim_is_never_requeued(
     """A streaming ticket can't be re-run transparently: requeue lanes abort it instead."""
     sched = preemption_lane(make_spec, make_lane, preempt_action="requeue")
     sched.submit(victim(make_ticket, "v", 4), 0.0)
-    (preempt,) = only(sched.submit(urgent(make_ticket, "w", 1.0), 1.0), Preempt)
-    assert preempt.action is PreemptAction.ABORT
-    sched.complete(TicketId("v"), OK, 2.0)
-    assert sched.state_of(TicketId("v")) is None
+    (preempt,) = preempted_for_w(sched, make_ticket)
+    aborted_and_gone(sched, preempt, 2.0)
 
 
 # ---------------------------------------------------------------------------- cancel, drain
+
+
+def behind_run(
+    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory, *waiting: str
+) -> Scheduler:
+    """The default one-slot lane running ``run`` at t=0, with ``waiting`` queued behind it."""
+    sched = Scheduler(make_spec(make_lane()))
+    for name in ("run", *waiting):
+        sched.submit(make_ticket(name), 0.0)
+    return sched
 
 
 def test_cancel_queued_ticket_removes_it(
     make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
 ) -> None:
     """Cancelling a queued ticket takes it out of the queue; it is never admitted later."""
-    sched = Scheduler(make_spec(make_lane()))
-    sched.submit(make_ticket("run"), 0.0)
-    sched.submit(make_ticket("gone"), 0.0)
-    sched.submit(make_ticket("next"), 0.0)
+    sched = behind_run(make_spec, make_lane, make_ticket, "gone", "next")
     assert sched.cancel(TicketId("gone"), 1.0) == []
     assert sched.state_of(TicketId("gone")) is None
     assert sched.lane_view(MODEL, LANE).queued == 1
@@ -506,9 +518,7 @@ def test_cancel_running_ticket_frees_slot(
     make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
 ) -> None:
     """Cancelling a running ticket frees its slot and admits the next waiter."""
-    sched = Scheduler(make_spec(make_lane()))
-    sched.submit(make_ticket("run"), 0.0)
-    sched.submit(make_ticket("next"), 0.0)
+    sched = behind_run(make_spec, make_lane, make_ticket, "next")
     assert ids(sched.cancel(TicketId("run"), 1.0), Admit) == ["next"]
     assert sched.view(MODEL).running == 1
 
@@ -517,9 +527,7 @@ def test_unknown_ids_are_no_ops(
     make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
 ) -> None:
     """complete/cancel of an unknown (or already ended) id return nothing and change nothing."""
-    sched = Scheduler(make_spec(make_lane()))
-    sched.submit(make_ticket("run"), 0.0)
-    sched.submit(make_ticket("wait"), 0.0)
+    sched = behind_run(make_spec, make_lane, make_ticket, "wait")
     sched.cancel(TicketId("wait"), 0.5)
     before = sched.view(MODEL)
     assert sched.complete(TicketId("nope"), OK, 1.0) == []
@@ -534,9 +542,7 @@ def test_drain_rejects_new_but_runs_queued(
     make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
 ) -> None:
     """drain(): new submits get 503 draining; already queued work is still admitted."""
-    sched = Scheduler(make_spec(make_lane()))
-    sched.submit(make_ticket("run"), 0.0)
-    sched.submit(make_ticket("queued"), 0.0)
+    sched = behind_run(make_spec, make_lane, make_ticket, "queued")
     sched.drain()
     reject = the_reject(sched.submit(make_ticket("new"), 1.0))
     assert (reject.status, reject.code) == (503, ErrorCode.DRAINING)
@@ -575,26 +581,26 @@ def test_no_healthy_backend_rejects_with_503(
     assert 0.001 <= reject.retry_after_s < math.inf
 
 
+@pytest.mark.parametrize(
+    ("model", "submit_at"),
+    [
+        pytest.param({}, 1.0, id="at-once"),
+        pytest.param({"circuit_cooldown_s": 10.0}, 10.0, id="after-cooldown"),
+    ],
+)
 def test_backend_probed_healthy_again_takes_traffic(
-    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
+    model: dict[str, float],
+    submit_at: float,
+    make_spec: SpecFactory,
+    make_lane: LaneFactory,
+    make_ticket: TicketFactory,
 ) -> None:
-    """After a probe reports a backend healthy again, new tickets are admitted onto it."""
-    sched = Scheduler(make_spec(make_lane(), backends=("b0", "b1")))
+    """After a probe reports a backend healthy again, new tickets are admitted onto it: at
+    once by default, and at the latest once a cool-down of its circuit ends."""
+    sched = Scheduler(make_spec(make_lane(), backends=("b0", "b1"), **model))
     all_down(sched, 0.0)
     sched.observe_backend(BackendStats(MODEL, "b1", healthy=True), 1.0)
-    (admit,) = only(sched.submit(make_ticket("a"), 1.0), Admit)
-    assert admit.backend == "b1"
-
-
-def test_backend_recovers_after_cooldown(
-    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
-) -> None:
-    """A backend probed healthy again takes traffic at the latest once its cool-down ends."""
-    spec = make_spec(make_lane(), backends=("b0", "b1"), circuit_cooldown_s=10.0)
-    sched = Scheduler(spec)
-    all_down(sched, 0.0)
-    sched.observe_backend(BackendStats(MODEL, "b1", healthy=True), 1.0)
-    (admit,) = only(sched.submit(make_ticket("a"), 10.0), Admit)
+    (admit,) = only(sched.submit(make_ticket("a"), submit_at), Admit)
     assert admit.backend == "b1"
 
 

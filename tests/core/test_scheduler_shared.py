@@ -3,20 +3,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from sluicegate.core.backend_state import BackendSpec
 from sluicegate.core.decisions import Admit, ErrorCode, Expire, Queued, Reject, Reserve
 from sluicegate.core.entry import State
 from sluicegate.core.ratelimit import TenantRateLimiter
 from sluicegate.core.scheduler import Scheduler
-from sluicegate.core.spec import LaneSpec, SchedulerSpec, TenantSpec
-from sluicegate.core.ticket import Ticket, TicketId, Usage
-from tests.core.conftest import LANE, MODEL
-
-LaneFactory = Callable[..., LaneSpec]
-SpecFactory = Callable[..., SchedulerSpec]
-TicketFactory = Callable[..., Ticket]
+from sluicegate.core.spec import TenantSpec
+from sluicegate.core.ticket import TicketId, Usage
+from tests.core.conftest import LANE, MODEL, LaneFactory, SpecFactory, TicketFactory
 
 
 def shared(make_spec: SpecFactory, make_lane: LaneFactory, **lane: object) -> Scheduler:

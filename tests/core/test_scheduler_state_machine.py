@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from typing import Any
 
-from hypothesis import HealthCheck, event, settings
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -40,6 +41,7 @@ from sluicegate.core import (
 )
 from sluicegate.core.policies import FAIRNESS, POLICY_ALIASES, policy_names
 from sluicegate.core.ratelimit import TenantRateLimiter
+from tests.core.conftest import machine_settings
 
 MODEL = "m"
 TENANTS = ("alice", "bob", "carol")
@@ -64,44 +66,32 @@ REJECT_STATUS = {
 def _lanes(
     policies: list[tuple[str, str | None]], borrow: list[bool], requeue: bool
 ) -> tuple[LaneSpec, ...]:
-    return (
+    action = "requeue" if requeue else "abort"
+    shapes: list[tuple[str, int, int, float, float, dict[str, Any]]] = [
+        # name, max_concurrency, max_queue, queue_timeout_s, slo_ms, the rest
+        ("interactive", 2, 6, 5.0, 3_000.0, {"preemptible": "never"}),
+        ("batch", 2, 8, 20.0, 10_000.0, {
+            "preemptible": AfterFraction(after_fraction=0.5), "preempt_action": action,
+        }),
+        ("best_effort", 1, 8, 30.0, 60_000.0, {
+            "preemptible": "priority", "preempt_action": action, "max_requeues": 2, "lend": False,
+        }),
+    ]  # fmt: skip
+    return tuple(
         LaneSpec(
-            name="interactive",
-            max_concurrency=2,
-            max_queue=6,
-            queue_timeout_s=5.0,
-            slo_ms=3_000.0,
-            policy=policies[0][0],
-            fairness=policies[0][1],
-            preemptible="never",
-            borrow=borrow[0],
-        ),
-        LaneSpec(
-            name="batch",
-            max_concurrency=2,
-            max_queue=8,
-            queue_timeout_s=20.0,
-            slo_ms=10_000.0,
-            policy=policies[1][0],
-            fairness=policies[1][1],
-            preemptible=AfterFraction(after_fraction=0.5),
-            preempt_action="requeue" if requeue else "abort",
-            borrow=borrow[1],
-        ),
-        LaneSpec(
-            name="best_effort",
-            max_concurrency=1,
-            max_queue=8,
-            queue_timeout_s=30.0,
-            slo_ms=60_000.0,
-            policy=policies[2][0],
-            fairness=policies[2][1],
-            preemptible="priority",
-            preempt_action="requeue" if requeue else "abort",
-            max_requeues=2,
-            borrow=borrow[2],
-            lend=False,
-        ),
+            name=name,
+            max_concurrency=cap,
+            max_queue=queue,
+            queue_timeout_s=timeout_s,
+            slo_ms=slo_ms,
+            policy=policy,
+            fairness=fairness,
+            borrow=may_borrow,
+            **rest,
+        )
+        for (name, cap, queue, timeout_s, slo_ms, rest), (policy, fairness), may_borrow in zip(
+            shapes, policies, borrow, strict=True
+        )
     )
 
 
@@ -451,10 +441,5 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert all(count == 1 for count in self.ended.values())
 
 
-SchedulerMachine.TestCase.settings = settings(
-    max_examples=300,
-    stateful_step_count=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+SchedulerMachine.TestCase.settings = machine_settings(max_examples=300)
 TestSchedulerInvariants = SchedulerMachine.TestCase

@@ -25,9 +25,11 @@ def _slo(cap: int = 64, **settings_: object) -> Limit:
 
 def _window(
     limit: Limit, *, tpot_s: float | None, ttft_s: float = 0.05, count: int, inflight: int
-) -> None:
+) -> int:
+    """``count`` answers with these timings; the limit after them."""
     for _ in range(count):
         limit.on_answer(ttft_s, inflight=inflight, kind=FIRST, tpot_s=tpot_s)
+    return limit.value
 
 
 def test_nearest_rank_picks_a_sample() -> None:
@@ -44,10 +46,8 @@ def test_decides_only_after_a_full_window() -> None:
     """Nothing moves before ``window`` answers; the window's slow TPOT quantile then
     multiplies the limit by ``decrease``."""
     limit = _slo(cap=40, tpot_ms=20, window=4, decrease=0.5)
-    _window(limit, tpot_s=0.030, count=3, inflight=40)
-    assert limit.value == 40
-    _window(limit, tpot_s=0.030, count=1, inflight=40)
-    assert limit.value == 20
+    assert _window(limit, tpot_s=0.030, count=3, inflight=40) == 40
+    assert _window(limit, tpot_s=0.030, count=1, inflight=40) == 20
 
 
 def test_quantile_tolerates_a_slow_tail_below_it() -> None:
@@ -57,25 +57,21 @@ def test_quantile_tolerates_a_slow_tail_below_it() -> None:
     _window(limit, tpot_s=0.090, count=1, inflight=40)
     assert limit.value == 40  # increased to cap again (already there)
     _window(limit, tpot_s=0.010, count=2, inflight=40)
-    _window(limit, tpot_s=0.090, count=2, inflight=40)
-    assert limit.value == 20
+    assert _window(limit, tpot_s=0.090, count=2, inflight=40) == 20
 
 
 def test_slow_first_token_decreases_as_a_slow_tpot_does() -> None:
     """A window whose TTFT quantile is above ``ttft_ms`` decreases even with fast TPOT."""
     limit = _slo(cap=30, tpot_ms=20, ttft_ms=500, window=2, decrease=0.9)
-    _window(limit, tpot_s=0.005, ttft_s=0.6, count=2, inflight=30)
-    assert limit.value == 27
+    assert _window(limit, tpot_s=0.005, ttft_s=0.6, count=2, inflight=30) == 27
 
 
 def test_fast_windows_increase_only_under_load() -> None:
     """A window meeting both targets adds ``increase`` when the busiest answer had at least
     half the limit in flight, and leaves it alone when app-limited."""
     limit = _slo(cap=40, tpot_ms=20, window=2, decrease=0.5, increase=3)
-    _window(limit, tpot_s=0.030, count=2, inflight=40)
-    assert limit.value == 20
-    _window(limit, tpot_s=0.010, count=2, inflight=9)
-    assert limit.value == 20
+    assert _window(limit, tpot_s=0.030, count=2, inflight=40) == 20
+    assert _window(limit, tpot_s=0.010, count=2, inflight=9) == 20
     limit.on_answer(0.05, inflight=3, kind=FIRST, tpot_s=0.010)
     limit.on_answer(0.05, inflight=10, kind=FIRST, tpot_s=0.010)
     assert limit.value == 23
@@ -104,10 +100,8 @@ def test_drop_decreases_at_once_and_restarts_the_window() -> None:
     _window(limit, tpot_s=0.050, count=2, inflight=20)
     limit.on_dropped(inflight=20)
     assert limit.value == 10
-    _window(limit, tpot_s=0.010, count=2, inflight=10)
-    assert limit.value == 10
-    _window(limit, tpot_s=0.010, count=1, inflight=10)
-    assert limit.value == 11
+    assert _window(limit, tpot_s=0.010, count=2, inflight=10) == 10
+    assert _window(limit, tpot_s=0.010, count=1, inflight=10) == 11
 
 
 def test_invalid_samples_are_left_out() -> None:
@@ -126,8 +120,7 @@ def test_ignore_and_kv_readings_change_nothing() -> None:
         limit.on_ignore()
         limit.on_kv_usage(1.0, inflight=20)
     assert limit.value == 20
-    _window(limit, tpot_s=0.050, count=1, inflight=20)
-    assert limit.value == 10
+    assert _window(limit, tpot_s=0.050, count=1, inflight=20) == 10
 
 
 def test_report_outcome_gives_ttft_and_tpot_of_one_answer() -> None:

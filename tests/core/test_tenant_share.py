@@ -7,7 +7,6 @@ furthest over its share, by preemption, as the lane's ``preemptible`` allows.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,13 +14,10 @@ import pytest
 from sluicegate.core.decisions import Admit, Decision, Preempt, PreemptAction, Queued
 from sluicegate.core.entry import State
 from sluicegate.core.scheduler import Scheduler
-from sluicegate.core.spec import AfterFraction, LaneSpec, SchedulerSpec, TenantSpec
+from sluicegate.core.spec import AfterFraction, TenantSpec
 from sluicegate.core.tenant_share import TenantSlots
-from sluicegate.core.ticket import Ticket, TicketId, Usage
-
-LaneFactory = Callable[..., LaneSpec]
-SpecFactory = Callable[..., SchedulerSpec]
-TicketFactory = Callable[..., Ticket]
+from sluicegate.core.ticket import TicketId, Usage
+from tests.core.conftest import LaneFactory, SpecFactory, TicketFactory
 
 OK = Usage(prompt_tokens=100, completion_tokens=10)
 

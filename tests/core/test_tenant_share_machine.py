@@ -21,35 +21,29 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from sluicegate.core import (
     Admit,
-    BackendSpec,
     Decision,
-    LaneSpec,
-    ModelSpec,
     Preempt,
     PreemptAction,
     Scheduler,
-    SchedulerSpec,
     TenantSpec,
     Ticket,
     TicketId,
     Usage,
 )
 from sluicegate.core.runtime import LaneRuntime
+from tests.core.conftest import LANE, MODEL, build_lane, build_spec, build_ticket, machine_settings
 
-MODEL = "m"
-LANE = "main"
 TENANTS = ("quiet", "noisy")
 
 
 def _scheduler(cap: int, weights: tuple[float, float], policy: str, requeue: bool) -> Scheduler:
-    lane = LaneSpec(
-        name=LANE,
+    lane = build_lane(
         max_concurrency=cap,
         max_queue=1000,
         queue_timeout_s=1e6,
@@ -60,15 +54,9 @@ def _scheduler(cap: int, weights: tuple[float, float], policy: str, requeue: boo
         preempt_action="requeue" if requeue else "abort",
         max_requeues=1,
     )
-    model = ModelSpec(
-        name=MODEL,
-        backends=(BackendSpec(name="b0"),),
-        lanes=(lane,),
-        max_concurrency=cap,
-        max_inflight_tokens=None,
-    )
-    tenants = tuple(TenantSpec(name=n, weight=w) for n, w in zip(TENANTS, weights, strict=True))
-    return Scheduler(SchedulerSpec(models=(model,), tenants=tenants))
+    tenants = [TenantSpec(name=n, weight=w) for n, w in zip(TENANTS, weights, strict=True)]
+    spec = build_spec(lane, tenants=tenants, max_concurrency=cap, max_inflight_tokens=None)
+    return Scheduler(spec)
 
 
 def _lane(sched: Scheduler) -> LaneRuntime:
@@ -246,12 +234,7 @@ class ShareMachine(RuleBasedStateMachine):
         assert set(self.ended) == set(self.tickets)
 
 
-ShareMachine.TestCase.settings = settings(
-    max_examples=150,
-    stateful_step_count=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+ShareMachine.TestCase.settings = machine_settings(max_examples=150)
 TestTenantShares = ShareMachine.TestCase
 
 
@@ -291,13 +274,4 @@ def test_give_back_stops_exactly_at_the_weighted_share(
 
 
 def _ticket(name: str, tenant: str, now: float) -> Ticket:
-    return Ticket(
-        id=TicketId(name),
-        model=MODEL,
-        tenant=tenant,
-        lane=LANE,
-        priority=2,
-        prompt_tokens=100,
-        max_tokens=100,
-        arrival=now,
-    )
+    return build_ticket(name, tenant=tenant, arrival=now)

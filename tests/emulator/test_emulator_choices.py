@@ -3,8 +3,6 @@ engine, one choice per index (streamed interleaved), one usage covering every ch
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import openai
 import pytest
 
@@ -13,15 +11,6 @@ from tests.emulator.emulator_harness import MODEL, LiveEmulator
 MESSAGES: list[openai.types.chat.ChatCompletionMessageParam] = [
     {"role": "user", "content": "Three ways to say hello."}
 ]
-
-
-@pytest.fixture
-def client(emulator: LiveEmulator) -> Iterator[openai.OpenAI]:
-    """An SDK client for the emulator, closed after the test."""
-    with openai.OpenAI(
-        base_url=f"{emulator.base_url}/v1", api_key="x", max_retries=0, timeout=30
-    ) as sdk:
-        yield sdk
 
 
 def test_n_choices_unstreamed_each_their_own_and_usage_for_all(

@@ -3,21 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import openai
 import pytest
 
 from tests.emulator.emulator_harness import MODEL, LiveEmulator
-
-
-@pytest.fixture
-def client(emulator: LiveEmulator) -> Iterator[openai.OpenAI]:
-    """An SDK client for the emulator, closed after the test."""
-    with openai.OpenAI(
-        base_url=f"{emulator.base_url}/v1", api_key="x", max_retries=0, timeout=10
-    ) as sdk:
-        yield sdk
 
 
 def test_each_input_is_a_unit_vector_of_its_own_and_runs_in_the_engine(

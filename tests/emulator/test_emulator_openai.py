@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import openai
 import pytest
 
@@ -13,15 +11,6 @@ from tests.emulator.emulator_harness import MODEL, LiveEmulator
 MESSAGES: list[openai.types.chat.ChatCompletionMessageParam] = [
     {"role": "user", "content": "Tell me about continuous batching, briefly."}
 ]
-
-
-@pytest.fixture
-def client(emulator: LiveEmulator) -> Iterator[openai.OpenAI]:
-    """An SDK client for the emulator, closed after the test."""
-    with openai.OpenAI(
-        base_url=f"{emulator.base_url}/v1", api_key="x", max_retries=0, timeout=10
-    ) as sdk:
-        yield sdk
 
 
 def test_chat_with_ignore_eos_returns_exactly_max_tokens(client: openai.OpenAI) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -9,21 +11,28 @@ from hypothesis import strategies as st
 from sluicegate.engine import Engine, EngineConfig, StepResult, preset
 from tests.engine.engine_harness import Arrival, drive
 
+SMALL = EngineConfig(
+    max_num_seqs=4, max_num_batched_tokens=256, kv_capacity_tokens=4096, block_size=4,
+    base_s=0.01, per_prefill_token_s=1e-4, per_decode_seq_s=1e-3, per_kv_token_s=1e-5,
+)  # fmt: skip
+"""A small engine with round numbers, so expected timings are easy to write."""
+
 
 def small_config(**changes: object) -> EngineConfig:
-    """A small engine with round numbers, so expected timings are easy to write."""
-    fields: dict[str, object] = {
-        "max_num_seqs": 4,
-        "max_num_batched_tokens": 256,
-        "kv_capacity_tokens": 4096,
-        "block_size": 4,
-        "base_s": 0.01,
-        "per_prefill_token_s": 1e-4,
-        "per_decode_seq_s": 1e-3,
-        "per_kv_token_s": 1e-5,
-    }
-    fields.update(changes)
-    return EngineConfig(**fields)  # type: ignore[arg-type]
+    """``SMALL`` with ``changes`` (``EngineConfig`` fields)."""
+    return dataclasses.replace(SMALL, **changes)  # type: ignore[arg-type]
+
+
+def step_with_newcomer(engine: Engine, prompt: int, max_tokens: int) -> StepResult:
+    """Two 8-token prompts admitted and decoding (after one step at t=0), then a prompt of
+    ``prompt`` tokens arrives: the step at t=0.1."""
+    engine.add_request("a", 8, 10, 0.0, ignore_eos=True)
+    engine.add_request("b", 8, 10, 0.0, ignore_eos=True)
+    engine.step(0.0)
+    engine.add_request("new", prompt, max_tokens, 0.0, ignore_eos=True)
+    result = engine.step(0.1)
+    assert result is not None
+    return result
 
 
 def test_single_request_with_ignore_eos_emits_exactly_max_tokens_then_finishes() -> None:
@@ -118,25 +127,14 @@ def test_chunked_prefill_splits_a_long_prompt_within_the_budget() -> None:
 
 def test_decodes_take_the_budget_before_a_waiting_prefill() -> None:
     """Running sequences decode first; a newly admitted prompt gets what is left of the budget."""
-    engine = Engine(small_config(max_num_batched_tokens=32))
-    engine.add_request("a", 8, 10, 0.0, ignore_eos=True)
-    engine.add_request("b", 8, 10, 0.0, ignore_eos=True)
-    engine.step(0.0)
-    engine.add_request("long", 100, 2, 0.0, ignore_eos=True)
-    result = engine.step(0.1)
-    assert result is not None
+    result = step_with_newcomer(Engine(small_config(max_num_batched_tokens=32)), 100, 2)
     assert (result.decode_seqs, result.prefill_tokens) == (2, 30)
 
 
 def test_without_chunked_prefill_a_prompt_waits_for_a_step_with_room() -> None:
     """With chunked prefill off, a prompt larger than the budget left is not split: it waits."""
     engine = Engine(small_config(max_num_batched_tokens=32, enable_chunked_prefill=False))
-    engine.add_request("a", 8, 10, 0.0, ignore_eos=True)
-    engine.add_request("a2", 8, 10, 0.0, ignore_eos=True)
-    engine.step(0.0)
-    engine.add_request("b", 31, 1, 0.0, ignore_eos=True)
-    result = engine.step(0.1)
-    assert result is not None
+    result = step_with_newcomer(engine, 31, 1)
     assert (result.decode_seqs, result.prefill_tokens) == (2, 0)
     assert engine.num_requests_waiting == 1
 

@@ -14,12 +14,10 @@ from tests.gateway.gateway_harness import (
     Stack,
     assert_retry_headers,
     http_call,
-    model_state,
-    open_stream,
     openai_error,
     stack,
-    wait_until,
 )
+from tests.gateway.small_requests import SMALL, post_small, queue_behind_stream
 
 KEY = "sk-admin-tests-tenant"
 BODY = """    max_concurrency: 1
@@ -29,7 +27,6 @@ BODY = """    max_concurrency: 1
 tenants:
   - {name: a, api_key_env: KEY_A}
 """
-SMALL = {"model": MODEL, "prompt": "hi", "max_tokens": 3, "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +55,7 @@ def _draining(gateway: Stack) -> bool:
 
 
 def _small(gateway: Stack) -> int:
-    return http_call(gateway.base_url, "POST", "/v1/completions", json=SMALL, key=KEY).status
+    return post_small(gateway, KEY)[1].status
 
 
 @pytest.mark.parametrize("key", [None, "wrong-admin-key", KEY], ids=["none", "wrong", "tenant"])
@@ -138,11 +135,10 @@ async def test_drain_lets_running_and_queued_requests_finish(gateway: Stack) -> 
     """A drain stops admitting new requests but finishes those already in: the running
     stream runs to ``[DONE]`` and the queued request is still admitted and served."""
     async with aiohttp.ClientSession() as session:
-        running = await open_stream(session, gateway.base_url, max_tokens=100, key=KEY)
-        queued = asyncio.ensure_future(asyncio.to_thread(_small, gateway))
-        assert await asyncio.to_thread(
-            wait_until, lambda: model_state(gateway.base_url)["queued"] == 1, 2.0
+        running, queued, seen = await queue_behind_stream(
+            session, gateway, _small, max_tokens=100, key=KEY
         )
+        assert seen
         await asyncio.to_thread(_drain, gateway)
         rest = await running.read()
         running.close()

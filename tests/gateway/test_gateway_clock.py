@@ -13,17 +13,12 @@ from sluicegate.gateway.clock import OffsetClock
 from tests.gateway.clock_harness import clocked_gateway
 from tests.gateway.gateway_harness import (
     FAST_PRIORS,
-    MODEL,
-    Reply,
-    Stack,
     assert_retry_headers,
     engine_server,
-    http_call,
     model_state,
-    open_stream,
     openai_error,
-    wait_until,
 )
+from tests.gateway.small_requests import post_small, queue_behind_stream
 
 TIMEOUT_S = 600.0
 LONG_QUEUE = f"""    max_concurrency: 1
@@ -34,13 +29,6 @@ PER_S = 0.01  # one request per 100 s
 SLOW_TENANT = f"""tenants:
   - {{name: a, api_key_env: KEY_A, requests_per_s: {PER_S}, burst_requests: 1}}
 """
-SMALL = {"model": MODEL, "prompt": "hi", "max_tokens": 3, "ignore_eos": True}
-
-
-def _post(gateway: Stack, key: str | None = None) -> tuple[float, Reply]:
-    start = time.monotonic()
-    reply = http_call(gateway.base_url, "POST", "/v1/completions", json=SMALL, key=key)
-    return time.monotonic() - start, reply
 
 
 def test_offset_clock_moves_with_time_and_jumps_forward_only() -> None:
@@ -61,11 +49,7 @@ async def test_a_queue_timeout_passes_when_the_clock_is_advanced() -> None:
     ``queue_timeout`` with retry headers, within 2 s of real time in all."""
     with engine_server() as engine, clocked_gateway([engine.port], LONG_QUEUE) as (gw, clock):
         async with aiohttp.ClientSession() as session:
-            holder = await open_stream(session, gw.base_url)
-            waiting = asyncio.ensure_future(asyncio.to_thread(_post, gw))
-            queued = await asyncio.to_thread(
-                wait_until, lambda: model_state(gw.base_url)["queued"] == 1, 2.0
-            )
+            holder, waiting, queued = await queue_behind_stream(session, gw, post_small)
             await asyncio.sleep(0.3)
             still_queued = not waiting.done() and model_state(gw.base_url)["queued"] == 1
             clock.advance(TIMEOUT_S)
@@ -88,8 +72,8 @@ def test_a_rate_limit_refills_when_the_clock_is_advanced() -> None:
         engine_server() as engine,
         clocked_gateway([engine.port], SLOW_TENANT, environ=env) as (gw, clock),
     ):
-        first, second = _post(gw, "sk-slow")[1], _post(gw, "sk-slow")[1]
+        first, second = post_small(gw, "sk-slow")[1], post_small(gw, "sk-slow")[1]
         clock.advance(1.0 / PER_S)
-        third = _post(gw, "sk-slow")[1]
+        third = post_small(gw, "sk-slow")[1]
     assert (first.status, second.status, third.status) == (200, 429, 200)
     assert 99_000 <= int(second.headers["retry-after-ms"]) <= 100_000

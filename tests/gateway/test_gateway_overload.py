@@ -14,8 +14,6 @@ from tests.gateway.gateway_harness import (
     ADMIN_KEY,
     FAST_PRIORS,
     MODEL,
-    Reply,
-    Stack,
     assert_retry_headers,
     engine_stats,
     http_call,
@@ -25,6 +23,7 @@ from tests.gateway.gateway_harness import (
     stack,
     wait_until,
 )
+from tests.gateway.small_requests import SMALL, post_small, queue_behind_stream
 
 ONE_SLOT = f"""    max_concurrency: 1
 {FAST_PRIORS}    lanes:
@@ -50,14 +49,6 @@ TWO_PER_S = """tenants:
 BURST_CAP = 4
 BURST = """    max_concurrency: 4
 """
-SMALL = {"model": MODEL, "prompt": "hi", "max_tokens": 3, "ignore_eos": True}
-
-
-def _post_small(gateway: Stack, key: str | None = None) -> tuple[float, Reply]:
-    """POST a short completion; (seconds it took, the reply)."""
-    start = time.monotonic()
-    reply = http_call(gateway.base_url, "POST", "/v1/completions", json=SMALL, key=key)
-    return time.monotonic() - start, reply
 
 
 async def test_full_queue_is_429_queue_full_with_retry_headers() -> None:
@@ -121,7 +112,7 @@ async def test_queue_timeout_is_503_with_retry_headers() -> None:
     with stack(SHORT_TIMEOUT) as gateway:
         async with aiohttp.ClientSession() as session:
             holder = await open_stream(session, gateway.base_url)
-            elapsed, reply = await asyncio.to_thread(_post_small, gateway)
+            elapsed, reply = await asyncio.to_thread(post_small, gateway)
             holder.close()
     assert reply.status == 503
     error = openai_error(reply)
@@ -135,11 +126,7 @@ async def test_queued_request_reports_its_wait_in_queue_ms() -> None:
     ``X-Sluicegate-Queue-Ms`` once it is admitted."""
     with stack(SHORT_TIMEOUT.replace("0.3}", "5.0}")) as gateway:
         async with aiohttp.ClientSession() as session:
-            holder = await open_stream(session, gateway.base_url)
-            waiting = asyncio.ensure_future(asyncio.to_thread(_post_small, gateway))
-            queued = await asyncio.to_thread(
-                wait_until, lambda: model_state(gateway.base_url)["queued"] == 1, 2.0
-            )
+            holder, waiting, queued = await queue_behind_stream(session, gateway, post_small)
             await asyncio.sleep(0.2)
             holder.close()
             _, reply = await waiting
@@ -152,8 +139,8 @@ def test_rate_limit_is_429_with_retry_headers() -> None:
     """A tenant over ``requests_per_s`` (burst 1) gets 429 ``rate_limit_exceeded`` with
     ``Retry-After``; the request within the burst was served."""
     with stack(RATE_LIMITED, environ={"KEY_A": "sk-rate"}) as gateway:
-        _, first = _post_small(gateway, "sk-rate")
-        _, second = _post_small(gateway, "sk-rate")
+        _, first = post_small(gateway, "sk-rate")
+        _, second = post_small(gateway, "sk-rate")
     assert first.status == 200
     assert second.status == 429
     error = openai_error(second)
@@ -167,12 +154,12 @@ def test_rate_limit_retry_after_ms_is_the_precise_refill_time() -> None:
     not a floor of 1,000 ms; ``Retry-After`` stays whole seconds, 1."""
     with stack(TWO_PER_S, environ={"KEY_A": "sk-rate"}) as gateway:
         start = time.monotonic()
-        _, first = _post_small(gateway, "sk-rate")
-        _, second = _post_small(gateway, "sk-rate")
+        _, first = post_small(gateway, "sk-rate")
+        _, second = post_small(gateway, "sk-rate")
         spent_ms = 1000.0 * (time.monotonic() - start)
         millis = int(second.headers["retry-after-ms"])
         time.sleep(millis / 1000.0)
-        _, third = _post_small(gateway, "sk-rate")
+        _, third = post_small(gateway, "sk-rate")
     assert (first.status, second.status) == (200, 429)
     assert 500.0 - spent_ms <= millis <= 500, (millis, spent_ms)
     assert second.headers["retry-after"] == "1"

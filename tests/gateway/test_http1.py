@@ -145,6 +145,23 @@ async def open_pool(
         await pool.close()
 
 
+@asynccontextmanager
+async def aiohttp_engine(
+    completions: Callable[[web.Request], Awaitable[web.StreamResponse]],
+) -> AsyncIterator[int]:
+    """An aiohttp server on a free loopback port whose ``POST /v1/completions`` is
+    ``completions``; yields the port, cleaned up at the end."""
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield runner.addresses[0][1]
+    finally:
+        await runner.cleanup()
+
+
 def answering(answer: bytes) -> Callable[[RawServer, Conn], Awaitable[None]]:
     """A keep-alive handler giving ``answer`` to every request on a connection."""
 
@@ -192,26 +209,16 @@ async def test_content_length_body_from_aiohttp() -> None:
         seen.append((request.path_qs, request.host, await request.read()))
         return web.Response(body=payload, content_type="application/json")
 
-    app = web.Application()
-    app.router.add_post("/v1/completions", completions)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        async with open_pool() as pool:
-            url = f"http://127.0.0.1:{port}/v1/completions?x=1"
-            response = await pool.post(url, HEAD, BODY, reuse=True)
-            assert response.status == 200
-            assert response.content_type == "application/json"
-            assert response.headers["content-length"] == str(len(payload))
-            assert await response.read() == payload
-            assert await response.readany() == b""
-            assert await response.readany() == b""
-            response.release()
-    finally:
-        await runner.cleanup()
+    async with aiohttp_engine(completions) as port, open_pool() as pool:
+        url = f"http://127.0.0.1:{port}/v1/completions?x=1"
+        response = await pool.post(url, HEAD, BODY, reuse=True)
+        assert response.status == 200
+        assert response.content_type == "application/json"
+        assert response.headers["content-length"] == str(len(payload))
+        assert await response.read() == payload
+        assert await response.readany() == b""
+        assert await response.readany() == b""
+        response.release()
     assert seen == [("/v1/completions?x=1", f"127.0.0.1:{port}", BODY)]
 
 
@@ -287,25 +294,16 @@ async def test_stream_arrives_piece_by_piece() -> None:
         await stream.write_eof()
         return stream
 
-    app = web.Application()
-    app.router.add_post("/v1/completions", events)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    port = runner.addresses[0][1]
-    try:
-        async with open_pool() as pool:
-            response = await pool.post(
-                f"http://127.0.0.1:{port}/v1/completions", HEAD, BODY, reuse=True
-            )
-            assert response.content_type == "text/event-stream"
-            for piece, event in zip(pieces, got, strict=True):
-                assert await asyncio.wait_for(response.readany(), MARGIN_S) == piece
-                event.set()
-            assert await asyncio.wait_for(response.readany(), MARGIN_S) == b""
-            response.release()
-    finally:
-        await runner.cleanup()
+    async with aiohttp_engine(events) as port, open_pool() as pool:
+        response = await pool.post(
+            f"http://127.0.0.1:{port}/v1/completions", HEAD, BODY, reuse=True
+        )
+        assert response.content_type == "text/event-stream"
+        for piece, event in zip(pieces, got, strict=True):
+            assert await asyncio.wait_for(response.readany(), MARGIN_S) == piece
+            event.set()
+        assert await asyncio.wait_for(response.readany(), MARGIN_S) == b""
+        response.release()
 
 
 # ---------------------------------------------------------------------------------- keep-alive
@@ -321,18 +319,9 @@ async def test_keep_alive_reuses_one_connection_to_aiohttp() -> None:
         await request.read()
         return web.json_response({"n": len(peers)})
 
-    app = web.Application()
-    app.router.add_post("/v1/completions", completions)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    port = runner.addresses[0][1]
-    try:
-        async with open_pool() as pool:
-            url = f"http://127.0.0.1:{port}/v1/completions"
-            answers = [await post_and_read(pool, url) for _ in range(3)]
-    finally:
-        await runner.cleanup()
+    async with aiohttp_engine(completions) as port, open_pool() as pool:
+        url = f"http://127.0.0.1:{port}/v1/completions"
+        answers = [await post_and_read(pool, url) for _ in range(3)]
     assert answers == [(200, b'{"n": 1}'), (200, b'{"n": 2}'), (200, b'{"n": 3}')]
     assert len(peers) == 3
     assert len(set(peers)) == 1

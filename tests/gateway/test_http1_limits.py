@@ -85,6 +85,16 @@ async def refused_code(pool: Http1Pool, url: str) -> str:
     return raised.value.code
 
 
+async def read_or_refused(answer: bytes, *, refused: bool) -> None:
+    """An engine answers ``answer`` once: the capped pool refuses its head
+    (``upstream_head_too_large``), or reads it as a 200 ``{}``."""
+    async with raw_server(once(answer)) as server, capped_pool() as pool:
+        if refused:
+            assert await refused_code(pool, server.url) == "upstream_head_too_large"
+        else:
+            assert await post_and_read(pool, server.url) == (200, b"{}")
+
+
 # ---------------------------------------------------------------------------------- the head
 
 
@@ -115,11 +125,7 @@ async def test_head_exactly_at_the_cap_passes_and_one_byte_over_does_not(
     head = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Pad: "
     pad = HEADER_BYTES - len(head) - 4 + (-spare if refused else 0)
     answer = head + b"p" * pad + b"\r\n\r\n" + b"{}"
-    async with raw_server(once(answer)) as server, capped_pool() as pool:
-        if refused:
-            assert await refused_code(pool, server.url) == "upstream_head_too_large"
-        else:
-            assert await post_and_read(pool, server.url) == (200, b"{}")
+    await read_or_refused(answer, refused=refused)
 
 
 @pytest.mark.parametrize(("fields", "refused"), [(8, False), (9, True)])
@@ -127,22 +133,14 @@ async def test_header_fields_over_the_cap_are_refused(fields: int, refused: bool
     """``headers`` fields are read; one more is refused (``upstream_head_too_large``)."""
     extra = b"".join(b"X-F%d: v\r\n" % i for i in range(fields - 1))
     answer = b"HTTP/1.1 200 OK\r\n" + extra + b"Content-Length: 2\r\n\r\n{}"
-    async with raw_server(once(answer)) as server, capped_pool() as pool:
-        if refused:
-            assert await refused_code(pool, server.url) == "upstream_head_too_large"
-        else:
-            assert await post_and_read(pool, server.url) == (200, b"{}")
+    await read_or_refused(answer, refused=refused)
 
 
 @pytest.mark.parametrize(("interim", "refused"), [(8, False), (9, True)])
 async def test_interim_answers_over_the_cap_are_refused(interim: int, refused: bool) -> None:
     """Eight ``100 Continue`` answers before the real one are skipped; a ninth is refused."""
     answer = b"HTTP/1.1 100 Continue\r\n\r\n" * interim + OK
-    async with raw_server(once(answer)) as server, capped_pool() as pool:
-        if refused:
-            assert await refused_code(pool, server.url) == "upstream_head_too_large"
-        else:
-            assert await post_and_read(pool, server.url) == (200, b"{}")
+    await read_or_refused(answer, refused=refused)
 
 
 async def test_switching_protocols_is_a_protocol_error_not_a_transport_crash() -> None:

@@ -86,13 +86,18 @@ async def test_following_a_handle_turns_its_preemption_into_an_interrupt() -> No
         await _wait_with(late, 60.0)
 
 
+def recording_timer() -> tuple[LazyTimer, list[float], float]:
+    """A ``LazyTimer`` on the running loop, the loop times at which it fired (appended as it
+    fires), and the loop time now."""
+    loop = asyncio.get_running_loop()
+    fired: list[float] = []
+    return LazyTimer(loop, lambda: fired.append(loop.time())), fired, loop.time()
+
+
 async def test_lazy_timer_fires_once_at_its_latest_deadline() -> None:
     """Moving a pending deadline later delays the firing to the new deadline (not the first
     one), it fires once, and ``clear`` keeps it from firing at all."""
-    loop = asyncio.get_running_loop()
-    fired: list[float] = []
-    timer = LazyTimer(loop, lambda: fired.append(loop.time()))
-    start = loop.time()
+    timer, fired, start = recording_timer()
     timer.after(0.02)
     timer.after(0.08)
     await asyncio.sleep(0.05)
@@ -108,10 +113,7 @@ async def test_lazy_timer_fires_once_at_its_latest_deadline() -> None:
 
 async def test_lazy_timer_moved_earlier_fires_early() -> None:
     """Moving a pending deadline earlier fires at the earlier time."""
-    loop = asyncio.get_running_loop()
-    fired: list[float] = []
-    timer = LazyTimer(loop, lambda: fired.append(loop.time()))
-    start = loop.time()
+    timer, fired, start = recording_timer()
     timer.after(10.0)
     timer.after(0.02)
     await asyncio.sleep(0.2)

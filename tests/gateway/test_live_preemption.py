@@ -8,6 +8,8 @@ interactive lane turns a waiting request urgent after ``preempt_after_ms``.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import aiohttp
 import openai
@@ -30,20 +32,22 @@ from tests.gateway.gateway_harness import (
 )
 
 URGENT_AFTER_MS = 100
-PREEMPT = f"""    max_concurrency: 2
+
+
+def _urgent_interactive_over_best_effort(cap: int, action: str) -> str:
+    """An ``interactive`` lane turning urgent after ``URGENT_AFTER_MS`` and a ``best_effort``
+    lane preempted with ``action``, ``cap`` slots each and for the model."""
+    return f"""    max_concurrency: {cap}
 {FAST_PRIORS}    lanes:
-      - {{name: interactive, max_concurrency: 2, preemptible: never,
+      - {{name: interactive, max_concurrency: {cap}, preemptible: never,
           preempt_after_ms: {URGENT_AFTER_MS}}}
-      - {{name: best_effort, max_concurrency: 2, preemptible: always, preempt_action: abort,
+      - {{name: best_effort, max_concurrency: {cap}, preemptible: always, preempt_action: {action},
           policy: fifo}}
 """
-REQUEUE = f"""    max_concurrency: 1
-{FAST_PRIORS}    lanes:
-      - {{name: interactive, max_concurrency: 1, preemptible: never,
-          preempt_after_ms: {URGENT_AFTER_MS}}}
-      - {{name: best_effort, max_concurrency: 1, preemptible: always, preempt_action: requeue,
-          policy: fifo}}
-"""
+
+
+PREEMPT = _urgent_interactive_over_best_effort(2, "abort")
+REQUEUE = _urgent_interactive_over_best_effort(1, "requeue")
 BY_PRIORITY = f"""    max_concurrency: 2
 {FAST_PRIORS}    lanes:
       - {{name: main, max_concurrency: 2, preemptible: priority, policy: priority,
@@ -59,6 +63,7 @@ BY_DEADLINE = f"""    max_concurrency: 1
       - {{name: interactive, max_concurrency: 1, preemptible: never, slo_ms: 1500}}
       - {{name: best_effort, max_concurrency: 1, preemptible: always, policy: fifo}}
 """
+T = TypeVar("T")
 BEST_EFFORT = {"X-Sluicegate-Lane": "best_effort", "X-Sluicegate-Priority": "4"}
 OPENED = 2  # text events ``open_stream`` reads before handing a stream over
 
@@ -186,26 +191,39 @@ async def test_requeued_request_is_rerun_and_answered_once_in_full() -> None:
     assert counted == {"completed": 2}
 
 
-async def test_critical_priority_stream_is_never_preempted() -> None:
-    """In a ``preemptible: priority`` lane, priority-1 streams are never preempted, not even
-    for an urgent priority-0 request: both run to ``max_tokens`` and the waiter is admitted
-    only when one of them ends."""
-    tokens = 500
-    critical = {"X-Sluicegate-Priority": "1"}
-    with stack(BY_PRIORITY) as gateway:
+async def _urgent_behind_two(
+    config: str,
+    priority: str,
+    tokens: int,
+    read: Callable[[aiohttp.ClientResponse], Awaitable[T]],
+) -> tuple[list[T], float, dict[str, float]]:
+    """Two streams of ``tokens`` at ``priority`` fill the lane of ``config``, then an urgent
+    priority-0 request arrives: what ``read`` made of each stream to its end, the waiter's
+    queue ms, and the engine's stats once both streams ended."""
+    with stack(config) as gateway:
         async with aiohttp.ClientSession() as session, _sdk(gateway) as sdk:
+            headers = {"X-Sluicegate-Priority": priority}
             victims = [
                 await open_stream(
-                    session, gateway.base_url, events=OPENED, max_tokens=tokens, headers=critical
+                    session, gateway.base_url, events=OPENED, max_tokens=tokens, headers=headers
                 )
                 for _ in range(2)
             ]
-            readers = [asyncio.ensure_future(read_events(v)) for v in victims]
+            readers = [asyncio.ensure_future(read(v)) for v in victims]
             queue_ms, _ = await _interactive(sdk, {"X-Sluicegate-Priority": "0"})
             ended = await asyncio.gather(*readers)
             for victim in victims:
                 victim.close()
             stats = engine_stats(gateway.engine_url())
+    return list(ended), queue_ms, stats
+
+
+async def test_critical_priority_stream_is_never_preempted() -> None:
+    """In a ``preemptible: priority`` lane, priority-1 streams are never preempted, not even
+    for an urgent priority-0 request: both run to ``max_tokens`` and the waiter is admitted
+    only when one of them ends."""
+    tokens = 500
+    ended, queue_ms, stats = await _urgent_behind_two(BY_PRIORITY, "1", tokens, read_events)
     assert [finish_reason(events[-2]) for events in ended] == ["length", "length"]
     assert [OPENED + text_chunks(events) for events in ended] == [tokens, tokens]
     assert stats["aborted_total"] == 0
@@ -230,20 +248,7 @@ async def test_standard_priority_stream_is_preempted_only_after_80_percent() -> 
     not preempted for an urgent priority-0 request before it has generated 800 tokens, and is
     preempted once it has (before it would have finished on its own)."""
     tokens = 1000
-    standard = {"X-Sluicegate-Priority": "3"}
-    with stack(BY_PRIORITY_PACED) as gateway:
-        async with aiohttp.ClientSession() as session, _sdk(gateway) as sdk:
-            victims = [
-                await open_stream(
-                    session, gateway.base_url, events=OPENED, max_tokens=tokens, headers=standard
-                )
-                for _ in range(2)
-            ]
-            readers = [asyncio.ensure_future(_stream_until_end(v)) for v in victims]
-            await _interactive(sdk, {"X-Sluicegate-Priority": "0"})
-            ended = await asyncio.gather(*readers)
-            for victim in victims:
-                victim.close()
+    ended, _, _ = await _urgent_behind_two(BY_PRIORITY_PACED, "3", tokens, _stream_until_end)
     reasons = sorted(reason or "" for _, reason in ended)
     assert reasons == ["length", "preempted"], ended
     preempted_count = OPENED + next(count for count, reason in ended if reason == "preempted")

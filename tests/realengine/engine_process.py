@@ -5,11 +5,22 @@ from __future__ import annotations
 
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
+
+
+def answers_200(url: str, timeout_s: float = 2.0) -> bool:
+    """Whether ``GET url`` answers 200 within ``timeout_s`` (False when refused, reset or
+    timed out)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return bool(response.status == 200)
+    except OSError:  # URLError and TimeoutError included
+        return False
 
 
 def start_engine(

@@ -18,7 +18,6 @@ import re
 import subprocess
 import threading
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -32,7 +31,7 @@ import pytest
 from sluicegate.config import parse_config
 from sluicegate.gateway.app import build_app
 from tests.gateway.gateway_harness import ADMIN_KEY, MODEL, Stack, serve_in_thread, unused_port
-from tests.realengine.engine_process import start_engine, stop_engine
+from tests.realengine.engine_process import answers_200, start_engine, stop_engine
 
 LLAMA_SERVER_VERSION = "0.3.36"  # the llama-cpp-python sdist it is built from (Makefile's pin)
 BUILD_HINT = (
@@ -137,11 +136,7 @@ class LlamaCppServer:
 
     def healthy(self) -> bool:
         """Whether ``GET /health`` answers 200 (the model is loaded)."""
-        try:
-            with urllib.request.urlopen(self.url + "/health", timeout=2) as response:
-                return bool(response.status == 200)
-        except (OSError, urllib.error.URLError):
-            return False
+        return answers_200(self.url + "/health")
 
     def get(self, path: str, timeout: float = 5.0) -> bytes:
         """The body of ``GET path``; raises on anything but 200."""

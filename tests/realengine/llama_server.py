@@ -12,8 +12,6 @@ import importlib.util
 import os
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.gateway.gateway_harness import MODEL, unused_port
-from tests.realengine.engine_process import start_engine, stop_engine
+from tests.realengine.engine_process import answers_200, start_engine, stop_engine
 
 # The tiny model streams ~3 ms a token, so 512 tokens of context would be over in ~1.5 s:
 # too short to show that a disconnect frees the engine. 4096 allows ~12 s streams.
@@ -80,11 +78,7 @@ class LlamaServer:
         self._process = start_engine(self.command(), self.log, self._answers, name, env)
 
     def _answers(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.url + "/v1/models", timeout=2) as response:
-                return bool(response.status == 200)
-        except (OSError, urllib.error.URLError):
-            return False
+        return answers_200(self.url + "/v1/models")
 
     def stop(self) -> None:
         """Terminate the process (SIGTERM, then SIGKILL after 10 s) and reap it."""

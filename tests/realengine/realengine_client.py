@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import socket
 import time
-import urllib.request
 
 import openai
 import orjson
 
-from tests.gateway.gateway_harness import MODEL, http_call
+from tests.gateway.gateway_harness import MODEL, Reply, http_call
+from tests.realengine.engine_process import answers_200
 
 
 def sdk_client(base_url: str) -> openai.OpenAI:
@@ -31,11 +31,7 @@ def engine_answers_within(engine_url: str, seconds: float) -> bool:
     llama-cpp-python serves that endpoint under the same lock as generation, so
     it answers only once no request is being generated.
     """
-    try:
-        with urllib.request.urlopen(engine_url + "/v1/models", timeout=seconds) as response:
-            return bool(response.status == 200)
-    except OSError:  # refused, reset or timed out (URLError and TimeoutError included)
-        return False
+    return answers_200(engine_url + "/v1/models", seconds)
 
 
 def wait_engine_idle(engine_url: str, within_s: float) -> float | None:
@@ -52,6 +48,14 @@ def completion_body(prompt: str, max_tokens: int, *, stream: bool = False) -> di
         "model": MODEL, "prompt": prompt, "max_tokens": max_tokens,
         "temperature": 0.0, "stream": stream,
     }  # fmt: skip
+
+
+def post_broken_json(base_url: str) -> Reply:
+    """``POST /v1/completions`` of a body that is not JSON (``{"model":``), sent as JSON."""
+    return http_call(
+        base_url, "POST", "/v1/completions", body=b'{"model":',
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
 
 
 def data_payloads(body: bytes) -> list[bytes]:

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 
 import aiohttp
+import openai
+from openai.types import Completion
 
 from sluicegate.config import parse_config
 from sluicegate.gateway.app import build_app
@@ -47,3 +50,18 @@ async def hold_engine(session: aiohttp.ClientSession, gateway: Stack) -> aiohttp
     while not (await response.content.readline()).startswith(b"data:"):
         pass
     return response
+
+
+@asynccontextmanager
+async def held_with_a_waiter(
+    gateway: Stack, prompt: str, max_tokens: int
+) -> AsyncIterator[tuple[aiohttp.ClientResponse, asyncio.Future[Completion]]]:
+    """A stream holding the engine (``hold_engine``), then an SDK completion of ``prompt``
+    sent behind it, which waits in the gateway: the stream and the completion's future."""
+    client = openai.AsyncOpenAI(base_url=gateway.base_url + "/v1", api_key="unused", max_retries=0)
+    async with aiohttp.ClientSession() as session, client:
+        holder = await hold_engine(session, gateway)
+        waiting = asyncio.ensure_future(
+            client.completions.create(model=MODEL, prompt=prompt, max_tokens=max_tokens)
+        )
+        yield holder, waiting

@@ -14,7 +14,7 @@ import pytest
 
 from tests.gateway.gateway_harness import MODEL, Stack, backend_state, http_call, openai_error
 from tests.realengine.llama_cpp_server import LlamaCppServer
-from tests.realengine.realengine_client import completion_body, sdk_client
+from tests.realengine.realengine_client import completion_body, post_broken_json, sdk_client
 from tests.realengine.realengine_stack import GatewayFactory
 
 pytestmark = pytest.mark.realengine
@@ -143,10 +143,7 @@ def test_bad_input_is_refused_by_the_gateway(gateway: Stack, case: str) -> None:
 
 def test_invalid_json_is_refused_by_the_gateway(gateway: Stack) -> None:
     """A body that is not JSON (llama-server: a 500) is the gateway's 400 ``invalid_json``."""
-    reply = http_call(
-        gateway.base_url, "POST", "/v1/completions", body=b'{"model":',
-        headers={"Content-Type": "application/json"},
-    )  # fmt: skip
+    reply = post_broken_json(gateway.base_url)
     assert reply.status == 400
     assert openai_error(reply)["code"] == "invalid_json"
 

@@ -18,6 +18,7 @@ from tests.realengine.realengine_client import (
     completion_body,
     data_payloads,
     engine_answers_within,
+    post_broken_json,
     sdk_client,
     stalled_stream,
     token_count,
@@ -87,10 +88,7 @@ def test_unary_prompt_too_long_is_an_openai_400(llama_engine: LlamaServer) -> No
 
 def test_invalid_json_is_a_plain_text_500(llama_engine: LlamaServer) -> None:
     """A body that is not JSON gets ``Internal Server Error`` as text/plain."""
-    reply = http_call(
-        llama_engine.url, "POST", "/v1/completions", body=b'{"model":',
-        headers={"Content-Type": "application/json"},
-    )  # fmt: skip
+    reply = post_broken_json(llama_engine.url)
     assert reply.status == 500
     assert reply.headers["content-type"].startswith("text/plain")
 

@@ -12,7 +12,13 @@ import pytest
 
 from tests.gateway.gateway_harness import MODEL, Stack, backend_state, http_call, openai_error
 from tests.realengine.llama_server import N_CTX, require_llama_cpp
-from tests.realengine.realengine_client import completion_body, data_payloads, error_of, sdk_client
+from tests.realengine.realengine_client import (
+    completion_body,
+    data_payloads,
+    error_of,
+    post_broken_json,
+    sdk_client,
+)
 from tests.realengine.realengine_stack import GatewayFactory
 
 require_llama_cpp()
@@ -99,10 +105,7 @@ def test_unary_prompt_too_long_in_a_lane_streamed_upstream_is_a_400(gateway: Sta
 def test_invalid_json_is_refused_by_the_gateway(gateway: Stack) -> None:
     """A body that is not JSON is the gateway's own OpenAI-shaped 400, never the engine's
     plain-text 500."""
-    reply = http_call(
-        gateway.base_url, "POST", "/v1/completions", body=b'{"model":',
-        headers={"Content-Type": "application/json"},
-    )  # fmt: skip
+    reply = post_broken_json(gateway.base_url)
     assert reply.status == 400
     assert openai_error(reply)["code"] == "invalid_json"
 

@@ -4,7 +4,7 @@ own token counts."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
@@ -67,23 +67,17 @@ def gateway(gateway_for: GatewayFactory) -> Iterator[Stack]:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
-def test_chat_relays_what_the_engine_generates(
-    llama_engine: LlamaServer, gateway: Stack, stream: bool
+@pytest.mark.parametrize("ask", [_chat, _completion], ids=["chat", "completion"])
+def test_relays_what_the_engine_generates(
+    llama_engine: LlamaServer,
+    gateway: Stack,
+    ask: Callable[..., tuple[str, str | None]],
+    stream: bool,
 ) -> None:
-    """A greedy chat answer through the gateway is the engine's own answer, to max_tokens."""
-    expected, _ = _chat(llama_engine.url, stream=False)
-    text, finish = _chat(gateway.base_url, stream=stream)
-    assert text == expected
-    assert finish == "length"
-
-
-@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
-def test_completion_relays_what_the_engine_generates(
-    llama_engine: LlamaServer, gateway: Stack, stream: bool
-) -> None:
-    """A greedy text completion through the gateway is the engine's own, to max_tokens."""
-    expected, _ = _completion(llama_engine.url, stream=False)
-    text, finish = _completion(gateway.base_url, stream=stream)
+    """A greedy chat answer or text completion through the gateway is the engine's own
+    answer, to max_tokens."""
+    expected, _ = ask(llama_engine.url, stream=False)
+    text, finish = ask(gateway.base_url, stream=stream)
     assert text == expected
     assert finish == "length"
 

@@ -14,7 +14,7 @@ import pytest
 from tests.gateway.gateway_harness import MODEL, Stack, http_call, model_state, wait_until
 from tests.realengine.llama_server import require_llama_cpp
 from tests.realengine.realengine_client import completion_body
-from tests.realengine.realengine_stack import GatewayFactory, hold_engine
+from tests.realengine.realengine_stack import GatewayFactory, held_with_a_waiter, hold_engine
 
 require_llama_cpp()
 pytestmark = pytest.mark.realengine
@@ -80,14 +80,7 @@ async def test_retry_after_counts_the_engines_single_slot(gateway_for: GatewayFa
     """One request runs and one waits: a third, refused with 429, is told to retry after at
     least the predicted service of the one waiting, since the engine serves one at a time."""
     with gateway_for(ONE_WAITING, scrape=False) as gateway:
-        client = openai.AsyncOpenAI(
-            base_url=gateway.base_url + "/v1", api_key="unused", max_retries=0
-        )
-        async with aiohttp.ClientSession() as session, client:
-            holder = await hold_engine(session, gateway)
-            waiting = asyncio.ensure_future(
-                client.completions.create(model=MODEL, prompt="wait", max_tokens=4)
-            )
+        async with held_with_a_waiter(gateway, "wait", 4) as (holder, waiting):
             assert await asyncio.to_thread(_queued, gateway, 1)
             refused = await asyncio.to_thread(
                 http_call, gateway.base_url, "POST", "/v1/completions",

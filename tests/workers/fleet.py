@@ -142,13 +142,24 @@ def start_supervisor(
 
 
 @contextlib.contextmanager
-def running_fleet(log_dir: Path, workers: int = 2) -> Iterator[Cluster]:
+def running_fleet(
+    log_dir: Path,
+    workers: int = 2,
+    *,
+    server: Mapping[str, object] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[Cluster]:
     """An engine and ``serve --workers N`` in front of it, every worker answering; every
-    process (and the supervisor's whole tree) ended on exit."""
+    process (and the supervisor's whole tree) ended on exit. ``server`` settings go into
+    the config's ``server:`` section, ``env`` into the supervisor's environment."""
     engine = start_engine(log_dir)
     port = free_port()
     config = write_config(log_dir, "gateway", port=port, engine_port=engine.port)
-    supervisor = start_supervisor(log_dir, config, port, workers)
+    if server:
+        edited = yaml.safe_load(config.read_text())
+        edited["server"].update(server)
+        config.write_text(yaml.safe_dump(edited, sort_keys=False))
+    supervisor = start_supervisor(log_dir, config, port, workers, env)
     cluster = Cluster(ClusterSpec(models=(MODEL,)), None, {"m": engine}, [supervisor])
     try:
         wait_ready([(engine, "/health"), (supervisor, "/readyz")])

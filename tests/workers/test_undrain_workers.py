@@ -14,22 +14,10 @@ from pathlib import Path
 
 import orjson
 import pytest
-import yaml
 
-from sluicegate.demo.processes import free_port
-from tests.distributed.cluster import ADMIN_KEY, Cluster, ClusterSpec, stop_children, wait_ready
+from tests.distributed.cluster import ADMIN_KEY
 from tests.distributed.load import client
-from tests.workers.fleet import (
-    MODEL,
-    admin_state,
-    descendants,
-    run_dir_of,
-    start_engine,
-    start_supervisor,
-    wait_until_gone,
-    wait_workers,
-    write_config,
-)
+from tests.workers.fleet import admin_state, run_dir_of, running_fleet, wait_workers
 
 pytestmark = pytest.mark.workers
 
@@ -62,16 +50,10 @@ async def test_undrain_reaches_every_worker_and_survives_a_restart(tmp_path: Pat
     this, only a restart of the whole gateway undid a drain). ``/metrics`` with
     ``server.metrics_key_env``: 401 without the key, and with it every worker's samples
     (the fan-out passes the key on to the siblings)."""
-    engine = start_engine(tmp_path)
-    port = free_port()
-    path = write_config(tmp_path, "gateway", port=port, engine_port=engine.port)
-    config = yaml.safe_load(path.read_text())
-    config["server"]["metrics_key_env"] = METRICS_KEY_ENV
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    supervisor = start_supervisor(tmp_path, path, port, 2, {METRICS_KEY_ENV: METRICS_KEY})
-    fleet = Cluster(ClusterSpec(models=(MODEL,)), None, {"m": engine}, [supervisor])
-    try:
-        wait_ready([(engine, "/health"), (supervisor, "/readyz")])
+    server = {"metrics_key_env": METRICS_KEY_ENV}
+    env = {METRICS_KEY_ENV: METRICS_KEY}
+    with running_fleet(tmp_path, 2, server=server, env=env) as fleet:
+        (supervisor,) = fleet.gateways
         pids = wait_workers(supervisor, 2)
         url = fleet.gateway_url(0)
         mark = run_dir_of(pids[0]) / "draining"
@@ -105,9 +87,3 @@ async def test_undrain_reaches_every_worker_and_survives_a_restart(tmp_path: Pat
             assert status == 200
             assert 'sluicegate_worker_up{worker="0"} 1.0' in body, body
             assert 'sluicegate_worker_up{worker="1"} 1.0' in body, body
-    finally:
-        tree = descendants(supervisor.proc.pid) if supervisor.proc.poll() is None else []
-        stop_children([supervisor, engine])
-        for pid in wait_until_gone(tree, 5.0):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
