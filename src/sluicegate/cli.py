@@ -25,6 +25,22 @@ app.add_typer(batch_app, name="batch")
 console = Console()
 err = Console(stderr=True)
 
+# The options ``simulate`` and ``bench`` share: where the workload comes from and how it
+# is reshaped (sim/workload_options.py reads them).
+TraceOption = Annotated[Path | None, typer.Option(help="Azure/BurstGPT CSV or JSONL")]
+PoissonOption = Annotated[float | None, typer.Option("--poisson", help="req/s")]
+GammaOption = Annotated[str | None, typer.Option(help="bursty arrivals RATE:CV")]
+DurationOption = Annotated[float, typer.Option(help="seconds of synthetic load")]
+WindowOption = Annotated[str | None, typer.Option(help="START:DURATION seconds of the trace")]
+RateScaleOption = Annotated[float, typer.Option(help="replay at k× the rate")]
+MaxTokensOption = Annotated[
+    str, typer.Option(help="traces: client max_tokens = exact | pow2 | N (a fixed cap)")
+]
+FieldOption = Annotated[
+    list[str] | None, typer.Option(help="trace column NAME=COLUMN[:UNIT] (repeat)")
+]
+MixOption = Annotated[str | None, typer.Option(help="share:tenant:lane:priority[:deadline_ms],...")]
+
 
 @app.command("check-config")
 def check_config(
@@ -212,18 +228,14 @@ def demo(
 @app.command()
 def simulate(
     config: Annotated[Path | None, typer.Option(help="gateway YAML (with `simulation:`)")] = None,
-    trace: Annotated[Path | None, typer.Option(help="Azure/BurstGPT CSV or JSONL")] = None,
-    poisson_rate: Annotated[float | None, typer.Option("--poisson", help="req/s")] = None,
-    gamma: Annotated[str | None, typer.Option(help="bursty arrivals RATE:CV")] = None,
-    duration: Annotated[float, typer.Option(help="seconds of synthetic load")] = 600.0,
-    window: Annotated[str | None, typer.Option(help="START:DURATION seconds of the trace")] = None,
-    rate_scale: Annotated[float, typer.Option(help="replay at k× the rate")] = 1.0,
-    max_tokens: Annotated[
-        str, typer.Option(help="traces: client max_tokens = exact | pow2 | N (a fixed cap)")
-    ] = "exact",
-    field: Annotated[
-        list[str] | None, typer.Option(help="trace column NAME=COLUMN[:UNIT] (repeat)")
-    ] = None,
+    trace: TraceOption = None,
+    poisson_rate: PoissonOption = None,
+    gamma: GammaOption = None,
+    duration: DurationOption = 600.0,
+    window: WindowOption = None,
+    rate_scale: RateScaleOption = 1.0,
+    max_tokens: MaxTokensOption = "exact",
+    field: FieldOption = None,
     prefix_workload: Annotated[
         str | None, typer.Option(help="shared system prompts RATE:PROMPTS:BLOCKS[:ZIPF]")
     ] = None,
@@ -231,9 +243,7 @@ def simulate(
         list[str] | None,
         typer.Option(help="TENANT:RATE[:burst=KxDs/Ps][:lane=NAME][:priority=N] (repeat)"),
     ] = None,
-    mix: Annotated[
-        str | None, typer.Option(help="share:tenant:lane:priority[:deadline_ms],...")
-    ] = None,
+    mix: MixOption = None,
     policy: Annotated[
         list[str] | None,
         typer.Option(help="policy to compare (repeat); config (default): the config's own lanes"),
@@ -287,21 +297,15 @@ def simulate(
 def bench(
     url: Annotated[str, typer.Option(help="base URL of the server (gateway or engine)")],
     model: Annotated[str, typer.Option(help="model name to request")],
-    trace: Annotated[Path | None, typer.Option(help="Azure/BurstGPT CSV or JSONL")] = None,
-    poisson_rate: Annotated[float | None, typer.Option("--poisson", help="req/s")] = None,
-    gamma: Annotated[str | None, typer.Option(help="bursty arrivals RATE:CV")] = None,
-    duration: Annotated[float, typer.Option(help="seconds of synthetic load")] = 60.0,
-    window: Annotated[str | None, typer.Option(help="START:DURATION seconds of the trace")] = None,
-    rate_scale: Annotated[float, typer.Option(help="replay at k× the rate")] = 1.0,
-    max_tokens: Annotated[
-        str, typer.Option(help="traces: client max_tokens = exact | pow2 | N (a fixed cap)")
-    ] = "exact",
-    field: Annotated[
-        list[str] | None, typer.Option(help="trace column NAME=COLUMN[:UNIT] (repeat)")
-    ] = None,
-    mix: Annotated[
-        str | None, typer.Option(help="share:tenant:lane:priority[:deadline_ms],...")
-    ] = None,
+    trace: TraceOption = None,
+    poisson_rate: PoissonOption = None,
+    gamma: GammaOption = None,
+    duration: DurationOption = 60.0,
+    window: WindowOption = None,
+    rate_scale: RateScaleOption = 1.0,
+    max_tokens: MaxTokensOption = "exact",
+    field: FieldOption = None,
+    mix: MixOption = None,
     key: Annotated[list[str] | None, typer.Option(help="TENANT=API_KEY (repeat)")] = None,
     slo: Annotated[list[str] | None, typer.Option(help="LANE=MS end-to-end SLO")] = None,
     stream: Annotated[bool, typer.Option(help="streaming requests")] = True,

@@ -50,7 +50,6 @@ class Http1Response:
         self.received = 0  # body bytes so far
         self._max_body = sys.maxsize  # no cap until ``limit_body``
         self._connection: _Connection | None = connection
-        self._head: asyncio.Future[None] | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._chunks: deque[bytes] = deque()
         self._buffered = 0
@@ -78,13 +77,7 @@ class Http1Response:
         while not self._chunks:
             if self._done:
                 return b""
-            if self._error is not None:
-                raise self._error
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+            await self._news()
         chunks = self._chunks
         data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
         chunks.clear()
@@ -143,23 +136,15 @@ class Http1Response:
 
     async def wait_head(self) -> None:
         """Wait for status and headers."""
-        if self.has_head:
-            return
-        if self._error is not None:
-            raise self._error
-        self._head = asyncio.get_running_loop().create_future()
-        try:
-            await self._head
-        finally:
-            self._head = None
+        while not self.has_head:
+            await self._news()
 
     def headers_complete(self, status: int) -> None:
         """The head has been parsed."""
         self.status = status
         self.has_head = True
         self.any_byte = True
-        if self._head is not None and not self._head.done():
-            self._head.set_result(None)
+        self._wake()
 
     def body_received(self, body: bytes) -> None:
         """Buffer a piece of the body, pausing the connection above the limit; over the
@@ -189,8 +174,6 @@ class Http1Response:
         if discard:
             self._chunks.clear()
             self._buffered = 0
-        if self._head is not None and not self._head.done():
-            self._head.set_exception(error)
         self._wake()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -211,6 +194,18 @@ class Http1Response:
             "content-length" not in headers
             and "chunked" not in headers.get("transfer-encoding", "").lower()
         )
+
+    async def _news(self) -> None:
+        """Wait until the connection's side next calls in (a head, body, its end, a
+        failure), or raise the failure there already is. One reader waits at a time:
+        ``wait_head`` before the answer is handed over, then its body's reader."""
+        if self._error is not None:
+            raise self._error
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
 
     def _wake(self) -> None:
         waiter = self._waiter

@@ -28,7 +28,6 @@ the line (the CSV header is line 1) and the field.
 
 from __future__ import annotations
 
-import csv
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from sluicegate.outcomes import WorkloadRequest
+from sluicegate.sim.workloads.csv_table import csv_table
 from sluicegate.sim.workloads.jsonl import json_lines
 from sluicegate.sim.workloads.transform import (
     MaxTokensPolicy,
@@ -171,29 +171,12 @@ def _json_rows(path: Path, stream: Any, fields: FieldMap) -> Iterator[tuple[int,
 
 
 def _csv_rows(path: Path, stream: Any, fields: FieldMap) -> Iterator[tuple[int, dict[str, Any]]]:
-    reader = csv.reader(stream)
-    try:
-        header = next((r for r in reader if any(c.strip() for c in r)), None)
-        if header is None:
-            raise WorkloadError(path, None, "file is empty")
-        names = [c.strip() for c in header]
-        absent = [f"{n}={c!r}" for n, c in fields.columns.items() if c not in names]
-        if absent:
-            raise WorkloadError(
-                path, reader.line_num, f"no column for {', '.join(absent)}; header is {names}"
-            )
-        index = {n: names.index(c) for n, c in fields.columns.items()}
-        for cells in reader:
-            if not any(c.strip() for c in cells):
-                continue
-            if len(cells) != len(names):
-                raise WorkloadError(
-                    path, reader.line_num, f"expected {len(names)} fields, got {len(cells)}"
-                )
-            row = {n: cells[i].strip() for n, i in index.items()}
-            yield reader.line_num, {n: v for n, v in row.items() if v or n in _REQUIRED}
-    except csv.Error as exc:
-        raise WorkloadError(path, reader.line_num, f"malformed CSV: {exc}") from exc
+    def absent(names: list[str]) -> str:
+        return "no column for " + ", ".join(f"{n}={fields.columns[n]!r}" for n in names)
+
+    for line, cells in csv_table(path, stream, fields.columns, absent):
+        row = {n: cell.strip() for n, cell in cells.items()}
+        yield line, {n: v for n, v in row.items() if v or n in _REQUIRED}
 
 
 class _Row:

@@ -17,7 +17,7 @@ import heapq
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypedDict, Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_OUTPUT",
     "DEFAULT_PROMPT",
     "LengthDist",
+    "RequestShape",
     "gamma_bursts",
     "merge",
     "on_off",
@@ -120,17 +121,38 @@ DEFAULT_OUTPUT = LengthDist.lognormal(128.0, 1.0, max_tokens=2048)
 """Default output lengths: median 128 tokens, at most 2048."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Shape:
-    """Everything about a synthetic request except its arrival time."""
+class RequestShape(TypedDict, total=False):
+    """The keyword arguments every generator takes about its requests besides the tenant,
+    each optional.
+
+    Attributes:
+        prompt: prompt-length distribution (default :data:`DEFAULT_PROMPT`).
+        output: output-length distribution (default :data:`DEFAULT_OUTPUT`).
+        max_tokens: how each request's cap is derived from its output length (``"pow2"``).
+        lane: lane of every request (``"interactive"``).
+        priority: priority of every request, 0 … 5 (2).
+        deadline_ms: per-request deadline, or ``None`` (the default) for the lane's SLO.
+    """
 
     prompt: LengthDist
     output: LengthDist
     max_tokens: MaxTokensPolicy
-    tenant: str
     lane: str
     priority: int
     deadline_ms: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """Everything about a synthetic request except its arrival time."""
+
+    tenant: str
+    prompt: LengthDist = DEFAULT_PROMPT
+    output: LengthDist = DEFAULT_OUTPUT
+    max_tokens: MaxTokensPolicy = "pow2"
+    lane: str = "interactive"
+    priority: int = 2
+    deadline_ms: float | None = None
 
 
 def poisson(
@@ -138,13 +160,8 @@ def poisson(
     duration_s: float,
     *,
     seed: int,
-    prompt: LengthDist = DEFAULT_PROMPT,
-    output: LengthDist = DEFAULT_OUTPUT,
-    max_tokens: MaxTokensPolicy = "pow2",
     tenant: str = "default",
-    lane: str = "interactive",
-    priority: int = 2,
-    deadline_ms: float | None = None,
+    **shape: Unpack[RequestShape],
 ) -> list[WorkloadRequest]:
     """Poisson arrivals: i.i.d. exponential inter-arrival times with mean ``1/rate_per_s``.
 
@@ -152,19 +169,13 @@ def poisson(
         rate_per_s: mean arrivals per second, ``> 0``.
         duration_s: arrivals fall in ``[0, duration_s)``.
         seed: seeds the arrival and length streams.
-        prompt: prompt-length distribution.
-        output: output-length distribution.
-        max_tokens: how each request's cap is derived from its output length.
         tenant: tenant of every request.
-        lane: lane of every request.
-        priority: priority of every request (0 … 5).
-        deadline_ms: per-request deadline, or ``None`` for the lane's SLO.
+        **shape: lengths, cap, lane, priority and deadline (:class:`RequestShape`).
     """
     _check_rate(rate_per_s, duration_s)
-    shape = _Shape(prompt, output, max_tokens, tenant, lane, priority, deadline_ms)
     arrival_rng, length_rng = _streams(seed)
     times = _renewal(lambda n: arrival_rng.exponential(1.0 / rate_per_s, n), rate_per_s, duration_s)
-    return _requests(times, length_rng, shape)
+    return _requests(times, length_rng, _Shape(tenant, **shape))
 
 
 def gamma_bursts(
@@ -173,13 +184,8 @@ def gamma_bursts(
     duration_s: float,
     *,
     seed: int,
-    prompt: LengthDist = DEFAULT_PROMPT,
-    output: LengthDist = DEFAULT_OUTPUT,
-    max_tokens: MaxTokensPolicy = "pow2",
     tenant: str = "default",
-    lane: str = "interactive",
-    priority: int = 2,
-    deadline_ms: float | None = None,
+    **shape: Unpack[RequestShape],
 ) -> list[WorkloadRequest]:
     """Gamma renewal arrivals with mean rate ``rate_per_s`` and inter-arrival CV ``cv``.
 
@@ -192,11 +198,10 @@ def gamma_bursts(
     _check_rate(rate_per_s, duration_s)
     if not (math.isfinite(cv) and 0.0 < cv <= 100.0):
         raise ValueError(f"cv must be in (0, 100], got {cv!r}")
-    shape = _Shape(prompt, output, max_tokens, tenant, lane, priority, deadline_ms)
     arrival_rng, length_rng = _streams(seed)
     k, theta = 1.0 / cv**2, cv**2 / rate_per_s
     times = _renewal(lambda n: arrival_rng.gamma(k, theta, n), rate_per_s, duration_s)
-    return _requests(times, length_rng, shape)
+    return _requests(times, length_rng, _Shape(tenant, **shape))
 
 
 def on_off(
@@ -207,12 +212,7 @@ def on_off(
     *,
     seed: int,
     tenant: str,
-    prompt: LengthDist = DEFAULT_PROMPT,
-    output: LengthDist = DEFAULT_OUTPUT,
-    max_tokens: MaxTokensPolicy = "pow2",
-    lane: str = "interactive",
-    priority: int = 2,
-    deadline_ms: float | None = None,
+    **shape: Unpack[RequestShape],
 ) -> list[WorkloadRequest]:
     """A noisy tenant: Poisson at ``rate_on_per_s`` for ``on_s``, then silent for ``off_s``, …
 
@@ -225,14 +225,13 @@ def on_off(
     _check_rate(rate_on_per_s, duration_s)
     if not (math.isfinite(on_s) and on_s > 0.0 and math.isfinite(off_s) and off_s >= 0.0):
         raise ValueError(f"need on_s > 0 and off_s >= 0, got on_s={on_s!r}, off_s={off_s!r}")
-    shape = _Shape(prompt, output, max_tokens, tenant, lane, priority, deadline_ms)
     arrival_rng, length_rng = _streams(seed)
     period = on_s + off_s
     cycles, rest = divmod(duration_s, period)
     on_time = cycles * on_s + min(rest, on_s)
     u = _renewal(lambda n: arrival_rng.exponential(1.0 / rate_on_per_s, n), rate_on_per_s, on_time)
     times = np.floor(u / on_s) * period + np.mod(u, on_s)
-    return _requests(times[times < duration_s], length_rng, shape)
+    return _requests(times[times < duration_s], length_rng, _Shape(tenant, **shape))
 
 
 def merge(*workloads: Iterable[WorkloadRequest]) -> list[WorkloadRequest]:

@@ -43,6 +43,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from sluicegate.outcomes import WorkloadRequest
+from sluicegate.sim.workloads.csv_table import csv_table
 from sluicegate.sim.workloads.jsonl import load_jsonl
 from sluicegate.sim.workloads.transform import (
     MaxTokensPolicy,
@@ -196,33 +197,16 @@ def _first_line(path: Path) -> str:
 def _csv_records(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
     """Yield ``(line, {column: text})`` for the required columns of each data row."""
     with path.open(encoding="utf-8-sig", newline="") as stream:
-        reader = csv.reader(stream)
         rows = 0
-        try:
-            header = next((row for row in reader if any(c.strip() for c in row)), None)
-            if header is None:
-                raise WorkloadError(path, None, "file is empty")
-            columns = [c.strip() for c in header]
-            missing = [c for c in required if c not in columns]
-            if missing:
-                raise WorkloadError(
-                    path, reader.line_num,
-                    f"missing column(s) {', '.join(map(repr, missing))}; header is {columns}",
-                )  # fmt: skip
-            index = {c: columns.index(c) for c in required}
-            for row in reader:
-                if not any(c.strip() for c in row):
-                    continue
-                if len(row) != len(columns):
-                    raise WorkloadError(
-                        path, reader.line_num, f"expected {len(columns)} fields, got {len(row)}"
-                    )
-                rows += 1
-                yield reader.line_num, {c: row[i] for c, i in index.items()}
-        except csv.Error as exc:
-            raise WorkloadError(path, reader.line_num, f"malformed CSV: {exc}") from exc
+        for line, row in csv_table(path, stream, {c: c for c in required}, _missing_columns):
+            rows += 1
+            yield line, row
     if rows == 0:
         raise WorkloadError(path, None, "no requests: the file has a header but no rows")
+
+
+def _missing_columns(columns: list[str]) -> str:
+    return f"missing column(s) {', '.join(map(repr, columns))}"
 
 
 def _parse_datetime(path: str | Path, line: int, text: str) -> tuple[int, float]:
