@@ -49,7 +49,7 @@ SECOND_BASES: dict[str, type[BaseException]] = {
     "sluicegate.core.core_errors.UnknownModelError": KeyError,
     "sluicegate.gateway.workers.private_redis.PrivateRedisError": RuntimeError,
     "sluicegate.gateway.workers.supervisor.WorkersError": RuntimeError,
-    "sluicegate.planner.capacity.PlanInfeasibleError": ValueError,
+    "sluicegate.planner.queueing.PlanInfeasibleError": ValueError,
     "sluicegate.sim.workloads.mix.MixError": ValueError,
     "sluicegate.sim.workloads.workload_errors.WorkloadError": ValueError,
 }

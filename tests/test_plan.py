@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from sluicegate.planner.capacity import (
+from sluicegate.planner.presentation import plot_wait_vs_utilization, render_plan, wait_curve
+from sluicegate.planner.queueing import (
     ASSUMPTIONS,
     PlanInfeasibleError,
     PlanInput,
@@ -20,7 +21,6 @@ from sluicegate.planner.capacity import (
     mmc_wait,
     plan_capacity,
 )
-from sluicegate.planner.presentation import plot_wait_vs_utilization, render_plan, wait_curve
 
 
 def _erlang_c_direct(c: int, a: float) -> float:

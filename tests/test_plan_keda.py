@@ -16,7 +16,6 @@ import yaml
 from typer.testing import CliRunner
 
 from sluicegate.cli import app
-from sluicegate.planner.capacity import PlanInput, allen_cunneen_wait, plan_capacity
 from sluicegate.planner.keda import (
     DEFAULT_PROMETHEUS_URL,
     SMALLEST_WAIT_BUCKET_S,
@@ -25,6 +24,7 @@ from sluicegate.planner.keda import (
     saturation_rate,
     scaled_object_fragment,
 )
+from sluicegate.planner.queueing import PlanInput, allen_cunneen_wait, plan_capacity
 from sluicegate.planner.warm_buffer import Burst, WarmPlan, plan_warm_buffer
 
 README_INPUT = PlanInput(

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluicegate.planner.backlog import backlog_exceed_probability, backlog_quantile
-from sluicegate.planner.capacity import (
+from sluicegate.planner.queueing import (
     PlanInfeasibleError,
     PlanInput,
     allen_cunneen_wait,

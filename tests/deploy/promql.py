@@ -187,8 +187,8 @@ def exported_series() -> frozenset[str]:
     from sluicegate.config import parse_config
     from sluicegate.emulator.vllm_metrics import EmulatorMetrics
     from sluicegate.engine import Engine, preset
+    from sluicegate.gateway.distributed.siblings import worker_up_family
     from sluicegate.gateway.state import GatewayState
-    from sluicegate.gateway.workers.siblings import worker_up_family
 
     state = GatewayState(
         parse_config(_GATEWAY_CONFIG), {"SLUICEGATE_PROMQL_TENANT_KEY": "sk-promql-helper"}

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sluicegate.emulator.vllm_metrics import EmulatorMetrics
 from sluicegate.engine import Engine, preset
-from sluicegate.gateway.upstream.scrape import (
+from sluicegate.gateway.ops.scrape import (
     KV_CAPACITY,
     KV_USAGE,
     WAITING,

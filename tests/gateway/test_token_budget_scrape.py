@@ -7,7 +7,7 @@ import pytest
 from sluicegate.core.spec import KV_WATERMARK
 from sluicegate.emulator.vllm_metrics import EmulatorMetrics
 from sluicegate.engine import Engine, preset
-from sluicegate.gateway.upstream.scrape import parse_engine_metrics, stats_from
+from sluicegate.gateway.ops.scrape import parse_engine_metrics, stats_from
 from tests.gateway.gateway_harness import model_state, stack, wait_until
 
 TINY_KV = preset("tiny").num_blocks * preset("tiny").block_size  # 32,768

@@ -1,11 +1,11 @@
-"""Merging the workers' Prometheus texts into one exposition (``gateway/workers/siblings.py``)."""
+"""Merging the workers' Prometheus texts into one exposition (``distributed/siblings.py``)."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sluicegate.gateway.workers.siblings import merge_metrics, worker_up_family
+from sluicegate.gateway.distributed.siblings import merge_metrics, worker_up_family
 
 
 def worker_text(requests: float, depth: float) -> str:

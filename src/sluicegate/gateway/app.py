@@ -28,9 +28,9 @@ from sluicegate.gateway.http_errors import GatewayError, error_response
 from sluicegate.gateway.ops.admin import NO_STORE_PREFIXES, AdminBatches, no_store
 from sluicegate.gateway.ops.dashboard import Dashboard
 from sluicegate.gateway.ops.ops_endpoints import Ops
+from sluicegate.gateway.ops.scrape import poll_forever
 from sluicegate.gateway.request.handlers import PATHS, InferenceHandler
 from sluicegate.gateway.state import GatewayState
-from sluicegate.gateway.upstream.scrape import poll_forever
 
 
 def metrics_key(config: Config, environ: Mapping[str, str] | None = None) -> str | None:

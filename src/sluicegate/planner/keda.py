@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 
 from sluicegate.planner.backlog import bisect_boundary
-from sluicegate.planner.capacity import PlanInput, allen_cunneen_wait
+from sluicegate.planner.queueing import PlanInput, allen_cunneen_wait
 from sluicegate.planner.warm_buffer import WarmPlan
 
 __all__ = [

@@ -1,5 +1,5 @@
 """``sluicegate plan``: the capacity planner's command (its options, and the tables, KEDA
-fragment and plot it writes); the models are ``capacity.py``, ``warm_buffer.py``, ``keda.py``
+fragment and plot it writes); the models are ``queueing.py``, ``warm_buffer.py``, ``keda.py``
 and ``presentation.py``. ``cli.py`` registers it.
 """
 
@@ -55,7 +55,6 @@ def plan(
     Erlang C and Allen–Cunneen for the base rate; for the burst, the p99 wait until
     new replicas are ready (detect + scale-up) with only base + warm replicas up.
     """
-    from sluicegate.planner.capacity import PlanInfeasibleError, PlanInput, plan_capacity
     from sluicegate.planner.keda import plan_keda, scaled_object_fragment
     from sluicegate.planner.presentation import (
         plot_wait_vs_utilization,
@@ -63,6 +62,7 @@ def plan(
         render_plan,
         render_warm,
     )
+    from sluicegate.planner.queueing import PlanInfeasibleError, PlanInput, plan_capacity
     from sluicegate.planner.warm_buffer import Burst, plan_warm_buffer
 
     try:

@@ -8,8 +8,8 @@ from pathlib import Path
 from rich.console import Group
 from rich.table import Table
 
-from sluicegate.planner.capacity import PlanResult, allen_cunneen_wait
 from sluicegate.planner.keda import KedaPlan
+from sluicegate.planner.queueing import PlanResult, allen_cunneen_wait
 from sluicegate.planner.warm_buffer import (
     BURST_ASSUMPTIONS,
     RULE_OF_THUMB_ACTIVE,

@@ -9,7 +9,7 @@ moment: the queue only grows while the burst outruns capacity) meets the SLO.
 
 That p99 is the smaller of two estimates, each an upper bound in its regime:
 
-* **stationary**: Allen–Cunneen G/G/c at ``K·λ`` (:mod:`sluicegate.planner.capacity`),
+* **stationary**: Allen–Cunneen G/G/c at ``K·λ`` (:mod:`sluicegate.planner.queueing`),
   when ``K·λ < cμ``. The queue starts from the lighter base load, so it only
   approaches this from below.
 * **transient**: the queue over the window as Brownian motion reflected at 0,
@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from sluicegate.planner.backlog import backlog_quantile, bisect_boundary
-from sluicegate.planner.capacity import (
+from sluicegate.planner.queueing import (
     PlanInfeasibleError,
     PlanInput,
     PlanResult,
@@ -268,7 +268,7 @@ def plan_warm_buffer(capacity: PlanResult, burst: Burst) -> WarmPlan:
     With K = 1 that is 0, since the base replicas meet the SLO at λ.
 
     Args:
-        capacity: The base plan from :func:`sluicegate.planner.capacity.plan_capacity`.
+        capacity: The base plan from :func:`sluicegate.planner.queueing.plan_capacity`.
         burst: The burst to absorb.
 
     Raises:

@@ -26,9 +26,9 @@ from sluicegate.gateway.batch_lane.batch_api import BatchApi
 from sluicegate.gateway.batch_lane.batch_metrics import BatchProgress
 from sluicegate.gateway.batch_lane.line_runner import BatchRunner
 from sluicegate.gateway.batch_lane.sweeper import BatchSweeper
+from sluicegate.gateway.distributed.siblings import WorkerTopology
 from sluicegate.gateway.http_errors import GatewayError
 from sluicegate.gateway.state import GatewayState
-from sluicegate.gateway.workers.siblings import WorkerTopology
 
 log = logging.getLogger("sluicegate.batches")
 

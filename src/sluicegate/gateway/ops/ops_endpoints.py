@@ -3,7 +3,7 @@ and undrain.
 
 Under ``serve --workers N`` (N > 1) ``/metrics``, ``/admin/state``, ``/admin/drain`` and
 ``/admin/undrain`` answer for the whole gateway: the worker that receives one asks its siblings
-(``gateway/workers/siblings.py``) and merges their answers. ``/healthz`` and ``/readyz``
+(``gateway/distributed/siblings.py``) and merges their answers. ``/healthz`` and ``/readyz``
 answer for the worker that receives them.
 """
 
@@ -22,17 +22,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sluicegate.gateway.batch_lane.batch_metrics import BatchProgress
-from sluicegate.gateway.http_errors import GatewayError
-from sluicegate.gateway.ops.admin import check_admin_read, check_admin_write
-from sluicegate.gateway.request.auth import request_token, same_digest
-from sluicegate.gateway.state import GatewayState
-from sluicegate.gateway.workers.siblings import (
+from sluicegate.gateway.distributed.siblings import (
     SiblingAnswer,
     ask_siblings,
     merge_metrics,
     topology_from_environ,
     worker_up_family,
 )
+from sluicegate.gateway.http_errors import GatewayError
+from sluicegate.gateway.ops.admin import check_admin_read, check_admin_write
+from sluicegate.gateway.request.auth import request_token, same_digest
+from sluicegate.gateway.state import GatewayState
 
 
 def _json(data: object, status: int = 200) -> Response:

@@ -42,13 +42,13 @@ from typing import Final, Literal
 
 from sluicegate.config import Config, redacted_store
 from sluicegate.errors import SluicegateError
+from sluicegate.gateway.distributed.siblings import WORKER_ENV
 from sluicegate.gateway.workers.private_redis import (
     PrivateRedis,
     PrivateRedisError,
     find_redis_server,
 )
 from sluicegate.gateway.workers.run_dirs import make_run_dir, remove_stale_run_dirs
-from sluicegate.gateway.workers.siblings import WORKER_ENV
 from sluicegate.gateway.workers.worker_process import WorkerSpec
 from sluicegate.store.keys import default_replica_id
 

@@ -5,7 +5,7 @@ The supervisor (``gateway/workers/supervisor.py``) starts it with its settings i
 asks the kernel to stop it when the supervisor dies, reloads the config from its
 path, points it at the shared store under its own replica id, binds its own
 listening socket on the shared host:port with ``SO_REUSEPORT`` and a private
-unix socket for its siblings (``gateway/workers/siblings.py``), and serves the gateway
+unix socket for its siblings (``gateway/distributed/siblings.py``), and serves the gateway
 on both.
 """
 
@@ -23,8 +23,8 @@ import orjson
 
 from sluicegate.config import Config, ConfigError, DistributedSpec, load_config
 from sluicegate.gateway.app import serve
+from sluicegate.gateway.distributed.siblings import WORKER_ENV, WorkerTopology
 from sluicegate.gateway.workers.private_redis import die_with_parent
-from sluicegate.gateway.workers.siblings import WORKER_ENV, WorkerTopology
 
 CONFIG_ERROR_EXIT = 3
 """A worker's exit code when the config it reloaded is invalid."""
