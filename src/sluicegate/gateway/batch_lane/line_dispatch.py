@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Message
 
 from sluicegate.gateway.edge_protocol import DISCONNECT_EXTENSION
+from sluicegate.gateway.request.asgi_send import PREEMPTED_HEADER
 from sluicegate.gateway.request.handlers import BATCH_TENANT
-from sluicegate.gateway.request.replies import PREEMPTED_HEADER
 
 
 @dataclass(frozen=True, slots=True)

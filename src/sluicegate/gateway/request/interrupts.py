@@ -16,8 +16,6 @@ from __future__ import annotations
 import asyncio
 import enum
 
-from starlette.types import Receive
-
 from sluicegate.core.decisions import Preempt
 from sluicegate.gateway.asyncio_driver import RunningHandle
 from sluicegate.gateway.timer import LazyTimer
@@ -134,13 +132,3 @@ class Interruptible:
             raise asyncio.CancelledError
         self._task.uncancel()
         return WaitInterruptedError(self.reason)
-
-
-async def watch_disconnect(receive: Receive, interrupts: Interruptible) -> None:
-    """Turn the client's ``http.disconnect`` into an interrupt: a task per request, for
-    servers without the gateway protocol's ``sluicegate.on_disconnect`` extension."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            interrupts.disconnected()
-            return
