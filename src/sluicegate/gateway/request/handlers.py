@@ -28,8 +28,6 @@ PATHS: dict[Endpoint, str] = {
     "completions": "/v1/completions",
     "embeddings": "/v1/embeddings",
 }
-BATCH_TENANT = "sluicegate.batch_tenant"
-"""The scope key naming the tenant of a batch line run in-process (``line_dispatch.py``)."""
 log = logging.getLogger("sluicegate.gateway")
 
 
@@ -73,8 +71,7 @@ class InferenceHandler:
         state = self.state
         arrival = state.driver.now()
         head = RequestHead.of(scope)
-        # A batch line run in-process names its tenant in the scope (no HTTP client can).
-        tenant = scope.get(BATCH_TENANT) or state.tenant_of(head.authorization)
+        tenant = state.tenant_of(head.authorization)
         try:
             raw = await read_body(head, receive, state.config.server.max_body_bytes)
         except ClientDisconnect:
