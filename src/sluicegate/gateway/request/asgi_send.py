@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
@@ -26,13 +27,6 @@ def _gateway_headers(queued_s: float, lane: str) -> Headers:
     ]
 
 
-async def _send_body(send: Send, status: int, body: bytes, headers: Headers) -> None:
-    """A whole response: status, ``headers`` plus Content-Length, then ``body``."""
-    headers.append((b"content-length", b"%d" % len(body)))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
 async def _watch_disconnect(receive: Receive, gone: Callable[[], None]) -> None:
     """Call ``gone`` on the client's ``http.disconnect``: a task per request, for servers
     without the gateway protocol's ``sluicegate.on_disconnect`` extension."""
@@ -47,10 +41,10 @@ class HttpSink:
     """An HTTP client's end of a request. ``started``: the response has begun, so an
     error can no longer be answered (the connection is cut instead)."""
 
-    __slots__ = ("_receive", "_scope", "_send", "_watcher", "started")
+    __slots__ = ("_extensions", "_receive", "_send", "_watcher", "started")
 
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self._scope = scope
+        self._extensions: dict[str, Any] = scope.get("extensions") or {}
         self._receive = receive
         self._send = send
         self._watcher: asyncio.Task[None] | None = None
@@ -59,7 +53,7 @@ class HttpSink:
     def listen(self, gone: Callable[[], None] | None, /) -> None:
         """Call ``gone`` when the client disconnects: through the server's extension, or
         a task that waits for ``http.disconnect``."""
-        on_disconnect = self._scope.get("extensions", {}).get(DISCONNECT_EXTENSION)
+        on_disconnect = self._extensions.get(DISCONNECT_EXTENSION)
         if on_disconnect is not None:
             on_disconnect(gone)
         elif gone is not None:
@@ -80,8 +74,12 @@ class HttpSink:
                 (name.lower().encode(), value.encode())
                 for name, value in retry_headers(reply.retry_after_s).items()
             )
+        body = reply.body
+        headers.append((b"content-length", b"%d" % len(body)))
         self.started = True
-        await _send_body(self._send, reply.status, reply.body, headers)
+        send = self._send
+        await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
     async def open_stream(self, queued_s: float, lane: str, /) -> None:
         """The head of a 200 event stream."""
@@ -99,7 +97,7 @@ class HttpSink:
 
     async def abort(self) -> None:
         """Drop the client's connection without flushing (it stopped reading)."""
-        abort = self._scope.get("extensions", {}).get(ABORT_EXTENSION)
+        abort = self._extensions.get(ABORT_EXTENSION)
         if abort is not None:
             abort()
             # Let connection_lost run, so the server sees a disconnect, not an unfinished

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 
 from sluicegate.core.decisions import Admit
 from sluicegate.core.ticket import Feedback, Outcome, Ticket, Usage
@@ -190,7 +191,8 @@ class Exchange:
         """Whether the scheduler refused the ticket (a rejection, an expiry, a shed)."""
         return self.outcome in _REFUSALS
 
-    async def reply(
+    # Not coroutines themselves: they hand back the sink's, one frame less per answer.
+    def reply(
         self,
         status: int,
         body: bytes,
@@ -198,17 +200,18 @@ class Exchange:
         events: bool = False,
         preempted: bool = False,
         retry_after_s: float | None = None,
-    ) -> None:
-        """Answer the admitted request with a whole ``body`` (kept as ``answered``)."""
+    ) -> Awaitable[None]:
+        """Answer the admitted request with a whole ``body`` (kept as ``answered``); await
+        the result."""
         assert self.admit is not None
         reply = Reply(
             status, body, self.admit.queued_s, self.ticket.lane, events, preempted, retry_after_s
         )
         self.answered = reply
-        await self.sink.answer(reply)
+        return self.sink.answer(reply)
 
-    async def open_stream(self) -> None:
-        """Start the admitted request's event stream."""
+    def open_stream(self) -> Awaitable[None]:
+        """Start the admitted request's event stream; await the result."""
         assert self.admit is not None
         self.streamed = True
-        await self.sink.open_stream(self.admit.queued_s, self.ticket.lane)
+        return self.sink.open_stream(self.admit.queued_s, self.ticket.lane)

@@ -11,6 +11,9 @@ outcome carries the answer).
 
 Nothing here renders a ``GatewayError``: a refusal or a failure comes back in the
 outcome (``owed_error``), and the caller answers it at its own boundary.
+
+The request and outcome records are plain slotted dataclasses, not frozen ones: one of
+each is made per request, and a frozen one costs several times as much to make.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ _ids = itertools.count(1)
 _PREFIX = f"{os.getpid() & 0xFFFFFFFF:08x}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TicketRequest:
     """Who asks, since when, and what of scheduling, besides the body: the ``tenant``, the
     ``arrival`` (on the scheduling clock), and the ``lane``, ``priority`` and
@@ -59,7 +62,7 @@ class TicketRequest:
     deadline_ms: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Completed:
     """The engine's answer, relayed whole: a success (``ok``, 2xx), or the engine's own
     refusal of the request in OpenAI's error shape (4xx; 501 for a feature it was not
@@ -79,7 +82,7 @@ class Completed:
         return self.status >= 500
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Rejected:
     """Refused for now: by the scheduler (rate limit, full queue, queue timeout, draining,
     no healthy backend …; its ``error`` is owed to the client) or by the engine's own 429
@@ -90,7 +93,7 @@ class Rejected:
     error: GatewayError | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Preempted:
     """Preempted by more important work: ``body`` is the answer so far
     (``finish_reason: "preempted"``), already sent."""
@@ -98,7 +101,7 @@ class Preempted:
     body: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Failed:
     """Not served, for the gateway's own ``error`` (owed to the client): the request's fault
     (4xx: malformed, unknown model, lane not allowed …) or a failure of the engine or of
@@ -112,7 +115,7 @@ class Failed:
         return self.error.status >= 500
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Streamed:
     """An event stream went out; ``outcome`` says how it ended (whatever the end, the
     stream itself carried it)."""
@@ -120,7 +123,7 @@ class Streamed:
     outcome: Outcome
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Left:
     """The client left (or the scheduler dropped the ticket) before an answer: nothing
     was answered."""
@@ -132,7 +135,7 @@ Served = Completed | Rejected | Preempted | Failed | Streamed | Left
 
 def owed_error(served: Served) -> GatewayError | None:
     """The gateway's error the caller still owes its client: a refusal or a failure."""
-    if isinstance(served, Failed | Rejected):
+    if isinstance(served, (Failed, Rejected)):
         return served.error
     return None
 

@@ -10,10 +10,12 @@ line's keeps nothing, since its answer comes back in the outcome
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 
-class Reply(NamedTuple):
+@dataclass(slots=True)
+class Reply:
     """A whole answer, and what the gateway says beside it."""
 
     status: int
