@@ -12,6 +12,7 @@ from sluicegate.config import parse_config
 from sluicegate.core.decisions import Admit
 from sluicegate.core.ticket import Feedback, Outcome, Ticket, TicketId, Usage
 from sluicegate.gateway.http_errors import GatewayError
+from sluicegate.gateway.request.asgi_send import HttpSink
 from sluicegate.gateway.request.exchange import Exchange
 from sluicegate.gateway.state import GatewayState
 
@@ -23,6 +24,10 @@ CONFIG = """models:
 """
 
 
+async def _receive() -> Message:
+    raise AssertionError("nothing is read in these tests")
+
+
 async def _send(message: Message) -> None:
     raise AssertionError("nothing is sent in these tests")
 
@@ -32,7 +37,8 @@ def _exchange(state: GatewayState, number: int) -> Exchange:
         id=TicketId(f"{number:032x}"), model="tiny", tenant="anonymous", lane="only",
         priority=2, prompt_tokens=10, max_tokens=20, arrival=state.driver.now(),
     )  # fmt: skip
-    return Exchange({}, _send, ticket, b"{}", state.driver, state.metrics)
+    sink = HttpSink({}, _receive, _send)
+    return Exchange(sink, ticket, b"{}", state.driver, state.metrics)
 
 
 def _count(state: GatewayState, name: str, **labels: str) -> float:

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from sluicegate.gateway.request import handlers, relay_unary
+from sluicegate.gateway.request import relay_unary, serving
 from sluicegate.gateway.streams.scanner import SseScanner
 from tests.gateway.gateway_harness import (
     FAST_PRIORS,
@@ -160,7 +160,7 @@ def test_a_bug_before_the_ticket_is_a_500_in_openai_shape(
     ``internal_error`` in OpenAI's shape, not the server's plain-text 500; nothing is
     counted or held, and the next request is served."""
     caplog.set_level(logging.INFO)
-    monkeypatch.setattr(handlers, "estimate_prompt_tokens", _once(handlers.estimate_prompt_tokens))
+    monkeypatch.setattr(serving, "estimate_prompt_tokens", _once(serving.estimate_prompt_tokens))
     body = {**SMALL, "prompt": SECRET_PROMPT}
     with engine_server() as engine, gateway_at([engine.port], STRICT) as gateway:
         reply = http_call(gateway.base_url, "POST", "/v1/completions", json=body)

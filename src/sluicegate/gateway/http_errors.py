@@ -5,9 +5,8 @@
 
 Code below the handlers raises ``GatewayError`` and never renders it: an error becomes
 an HTTP answer at one boundary, ``render_error``, called by the app's exception handlers
-(``gateway/app.py``, through ``error_response``). It is the function for the inference
-path's plain-ASGI send too, which answers the same bytes (``gateway/request/asgi_send.py``
-still builds them itself, from ``error_body`` and ``retry_headers``).
+(``gateway/app.py``, through ``error_response``), and by the inference path's one
+boundary (``gateway/request/handlers.py``), which answers the same bytes.
 """
 
 from __future__ import annotations

@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp
 
 from sluicegate.batches.batch_backend import BatchBackend
 from sluicegate.batches.redis.redis_batches import RedisBatches
@@ -28,6 +27,7 @@ from sluicegate.gateway.batch_lane.line_runner import BatchRunner
 from sluicegate.gateway.batch_lane.sweeper import BatchSweeper
 from sluicegate.gateway.distributed.siblings import WorkerTopology
 from sluicegate.gateway.http_errors import GatewayError
+from sluicegate.gateway.request.handlers import InferenceHandler
 from sluicegate.gateway.state import GatewayState
 
 log = logging.getLogger("sluicegate.batches")
@@ -59,7 +59,7 @@ class BatchLane:
     def __init__(
         self,
         state: GatewayState,
-        inference: Mapping[str, ASGIApp],
+        inference: Mapping[str, InferenceHandler],
         topology: WorkerTopology | None,
     ) -> None:
         spec = state.config.batches
@@ -69,7 +69,9 @@ class BatchLane:
         self.api = BatchApi(state, spec, self.backend)
         export = topology is None or topology.index == 0
         self.progress = BatchProgress(state.metrics.registry, export_gauges=export)
-        self.runner = BatchRunner(state, spec, self.backend, inference, self.progress)
+        # Lines are served by the same seam as the endpoints' HTTP requests.
+        servers = {path: handler.serving for path, handler in inference.items()}
+        self.runner = BatchRunner(state, spec, self.backend, servers, self.progress)
         self.sweeper = BatchSweeper(spec, self.backend)
         self.api.on_storage_error = self.progress.storage_error
         self._task: asyncio.Task[None] | None = None
@@ -79,7 +81,7 @@ class BatchLane:
     def of(
         cls,
         state: GatewayState,
-        inference: Mapping[str, ASGIApp],
+        inference: Mapping[str, InferenceHandler],
         topology: WorkerTopology | None,
     ) -> BatchLane | None:
         """The batch lane of ``state``'s config, or None when it has no ``batches:``."""

@@ -3,10 +3,11 @@
 Each gateway process runs one. Every tick it records the lines that ended
 (one transaction for all of them), and claims new ones, for each model as many
 as its window has room for (``batches.max_inflight``, default the model's
-``max_concurrency``). Each claimed line runs as an in-process request of its
-batch's tenant, in its batch's lane, at ``batches.priority``
-(``line_dispatch.py``), so it waits behind every other lane, borrows only idle
-capacity, is preempted first, and counts against its tenant's limits.
+``max_concurrency``). Each claimed line is served by ``serve_ticket``, the path of
+every HTTP request, as a ticket of its batch's tenant, in its batch's lane, at
+``batches.priority`` (``line_dispatch.py``), so it waits behind every other lane,
+borrows only idle capacity, is preempted first, and counts against its tenant's
+limits.
 
 Every ``poll_interval_s`` it also checks new batches, ends those that are done,
 expired or cancelled (``batches/sqlite/finishing.py``), stops its lines of batches that
@@ -16,10 +17,12 @@ A batch whose tenant the gateway no longer knows (its key left the config) is
 stopped, never run under another tenant's limits: its unfinished lines become
 ``tenant_removed`` error lines and it ends ``cancelled`` (DESIGN §20).
 
-What a line's answer means: 2xx, an output line; a preemption, or a refusal
-for now (429, 503), the line waits and runs again (not an attempt); an engine
-failure (5xx), another attempt after a backoff, an error line after
-``max_attempts``; any other 4xx, an error line.
+What a line's outcome (``Served``) means: ``Completed`` and ``ok``, an output line;
+``Preempted``, or ``Rejected`` for now (by the scheduler or the engine's 429), the line
+waits (the rejection's ``retry_after_s``) and runs again, costing no attempt; a
+``transient`` failure (an engine's or the gateway's, 5xx), another attempt after a
+backoff, an error line after ``max_attempts``; any other answer or failure, an error
+line holding it.
 """
 
 from __future__ import annotations
@@ -35,20 +38,31 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from starlette.types import ASGIApp
 
 from sluicegate.batches.batch_backend import BatchBackend, Claim, Result, Retry
 from sluicegate.batches.batches_config import BatchesSpec
 from sluicegate.batches.lines import LineError, LineRequest, read_line
 from sluicegate.batches.objects import error_line, new_id, output_line
 from sluicegate.gateway.batch_lane.batch_metrics import BatchProgress
-from sluicegate.gateway.batch_lane.line_dispatch import LineAnswer, LineCall
+from sluicegate.gateway.batch_lane.line_dispatch import LineCall
+from sluicegate.gateway.http_errors import GatewayError, error_body
+from sluicegate.gateway.request.serving import (
+    Completed,
+    Failed,
+    Left,
+    Preempted,
+    Rejected,
+    Served,
+    Serving,
+    Streamed,
+    TicketRequest,
+)
 from sluicegate.gateway.state import GatewayState
 from sluicegate.store.store_errors import StorageError, storage_error
 
 log = logging.getLogger("sluicegate.batches")
 RETRY_LATER_S = 1.0
-"""How long a refused line waits when the refusal named no time."""
+"""How long a preempted line waits before it runs again."""
 MAX_BACKOFF_S = 60.0
 TENANT_REMOVED = "tenant_removed"
 TENANT_REMOVED_MESSAGE = "The batch's tenant is no longer configured on the gateway."
@@ -69,14 +83,14 @@ class BatchRunner:
         state: GatewayState,
         spec: BatchesSpec,
         backend: BatchBackend,
-        handlers: Mapping[str, ASGIApp],
+        servers: Mapping[str, Serving],
         progress: BatchProgress,
     ) -> None:
         self.state = state
         self.spec = spec
         self.backend = backend
         self.progress = progress
-        self._handlers = handlers
+        self._servers = servers
         self.owner = f"{socket.gethostname()}-{os.getpid()}-{new_id('')[:8]}"
         self._windows = {
             model.name: self.spec.max_inflight or model.max_concurrency
@@ -213,49 +227,69 @@ class BatchRunner:
             text = error_line(claim.custom_id, TENANT_REMOVED, TENANT_REMOVED_MESSAGE)
             self._results.append(Result(claim.batch_id, claim.idx, False, text))
             return
-        handler = self._handlers[endpoint]
-        call = LineCall(endpoint, claim.body, tenant, lane, self.spec.priority, new_id("req_"))
-        task = asyncio.create_task(self._serve(claim, call, handler))
+        serving = self._servers[endpoint]
+        call = LineCall(new_id("req_"))
+        task = asyncio.create_task(self._serve(claim, call, serving, tenant, lane))
         self._running[(claim.batch_id, claim.idx)] = _Running(claim, call, task)
 
-    async def _serve(self, claim: Claim, call: LineCall, handler: ASGIApp) -> None:
+    async def _serve(
+        self, claim: Claim, call: LineCall, serving: Serving, tenant: str, lane: str
+    ) -> None:
+        """Serve the line as a ticket of ``tenant`` in ``lane`` at ``batches.priority``."""
+        priority = str(self.spec.priority)
+        request = TicketRequest(tenant, self.state.driver.now(), lane=lane, priority=priority)
+        served: Served | None
         try:
-            answer = await call.run(handler)
+            served = await call.run(serving, request, claim.body)
         except Exception:
             log.exception("batch %s line %d failed in the gateway", claim.batch_id, claim.idx)
-            answer = LineAnswer(500, b"{}", call.request_id, preempted=False, retry_after_s=None)
+            served = Failed(GatewayError(500, "internal_error", "the gateway failed the line"))
         finally:
             self._running.pop((claim.batch_id, claim.idx), None)
             self._wake.set()
-        if answer is not None:
-            self._judge(claim, answer)
+        if served is not None:
+            self._judge(claim, call.request_id, served)
 
-    def _judge(self, claim: Claim, answer: LineAnswer) -> None:
-        """What the answer means for the line: a result, or another try later."""
-        now, status = time.time(), answer.status
-        model = claim.model
-        if answer.preempted and self.spec.yield_hold_s > 0:
-            # Without the hold, the line claimed into the preempted one's place takes the
-            # slot back as soon as an interactive request ends, and the next arrival must
-            # preempt again: every arrival pays an abort and the engine keeps a full batch
-            # beside it (benchmarks/bench_batch_yield.py).
-            self._held[model].append(now + self.spec.yield_hold_s)
-        if answer.preempted or status in (429, 503):
-            wait = RETRY_LATER_S if answer.retry_after_s is None else answer.retry_after_s
-            self._retries.append(Retry(claim, now + wait, failed=False))
-            self.progress.ended(model, "preempted" if answer.preempted else "deferred")
-            return
-        if status >= 500 and claim.attempts + 1 < self.spec.max_attempts:
-            backoff = min(MAX_BACKOFF_S, 2.0**claim.attempts)
-            self._retries.append(Retry(claim, now + backoff, failed=True))
-            self.progress.ended(model, "retried")
-            return
-        ok = 200 <= status < 300
-        body = _parsed(answer.body)
-        text = output_line(claim.custom_id, status, answer.request_id, body)
+    def _judge(self, claim: Claim, request_id: str, served: Served) -> None:
+        """What the outcome means for the line: a result, or another try later."""
+        now, model = time.time(), claim.model
+        match served:
+            case Preempted():
+                if self.spec.yield_hold_s > 0:
+                    # Without the hold, the line claimed into the preempted one's place takes
+                    # the slot back as soon as an interactive request ends, and the next
+                    # arrival must preempt again: every arrival pays an abort and the engine
+                    # keeps a full batch beside it (benchmarks/bench_batch_yield.py).
+                    self._held[model].append(now + self.spec.yield_hold_s)
+                self._retries.append(Retry(claim, now + RETRY_LATER_S, failed=False))
+                self.progress.ended(model, "preempted")
+            case Rejected(retry_after_s=wait):
+                self._retries.append(Retry(claim, now + wait, failed=False))
+                self.progress.ended(model, "deferred")
+            case Completed() | Failed() if (
+                served.transient and claim.attempts + 1 < self.spec.max_attempts
+            ):
+                backoff = min(MAX_BACKOFF_S, 2.0**claim.attempts)
+                self._retries.append(Retry(claim, now + backoff, failed=True))
+                self.progress.ended(model, "retried")
+            case Completed(status=status, body=body):
+                self._record(claim, request_id, status, body, ok=served.ok)
+            case Failed(error=error):
+                # The line's output holds the error as an HTTP client would have read it.
+                body = error_body(error.status, error.code, error.message, error.param)
+                self._record(claim, request_id, error.status, body, ok=False)
+            case Left() | Streamed():
+                pass  # nothing was answered (and a line never streams)
+
+    def _record(
+        self, claim: Claim, request_id: str, status: int, answer: bytes, *, ok: bool
+    ) -> None:
+        """The line's result: an output line (``ok``) or an error line holding the answer."""
+        body = _parsed(answer)
+        text = output_line(claim.custom_id, status, request_id, body)
         prompt, completion = _usage(body) if ok else (0, 0)
         self._results.append(Result(claim.batch_id, claim.idx, ok, text, prompt, completion))
-        self.progress.ended(model, "completed" if ok else "failed")
+        self.progress.ended(claim.model, "completed" if ok else "failed")
 
     async def _flush(self) -> None:
         if not self._results and not self._retries:

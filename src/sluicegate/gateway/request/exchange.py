@@ -1,26 +1,26 @@
 """One request being served: what every step needs, and the one way its ticket ends.
 
 An ``Exchange`` is created when a request's ticket is submitted and lives until
-the handler returns. Whatever happens (an answer, a refusal, a disconnect, a
-preemption, an engine failure, a bug), the ticket ends through ``finish``, and
-only the first call counts: the slot is given back once, the outcome counted
-once.
+``serve_ticket`` returns (``serving.py``). Whatever happens (an answer, a refusal,
+a disconnect, a preemption, an engine failure, a bug), the ticket ends through
+``finish``, and only the first call counts: the slot is given back once, the
+outcome counted once. Answers go to the request's ``Sink`` through ``reply`` and
+``open_stream``, which also keep what was answered for the outcome.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-
-from starlette.types import Scope, Send
+from collections.abc import Awaitable
 
 from sluicegate.core.decisions import Admit
 from sluicegate.core.ticket import Feedback, Outcome, Ticket, Usage
 from sluicegate.gateway.asyncio_driver import RunningHandle, SchedulerDriver, Verdict
 from sluicegate.gateway.http_errors import GatewayError
 from sluicegate.gateway.ops.gateway_metrics import GatewayMetrics
-from sluicegate.gateway.request.asgi_send import Headers
 from sluicegate.gateway.request.interrupts import Interruptible
+from sluicegate.gateway.request.sink import Reply, Sink
 
 log = logging.getLogger("sluicegate.gateway")
 # Outcomes the scheduler decided itself: the ticket is already gone from it.
@@ -38,11 +38,12 @@ _REFUSALS = frozenset(
 class Exchange:
     """One request from the submission of its ticket to its end.
 
-    Holds the ASGI ``scope``/``send``, the ticket, the request body as received
+    Holds the ``sink`` its answer goes to, the ticket, the request body as received
     (``raw``), the interrupt state, and the latest ``admit`` (``None`` until the
-    first; kept through a requeue, for the response headers). ``running`` says
+    first; kept through a requeue, for the answer's queue time). ``running`` says
     whether the ticket holds a slot now. ``finish`` ends the ticket; ``outcome``
-    says how once it has.
+    says how once it has. ``answered`` is the whole answer sent, if one was;
+    ``streamed`` whether an event stream was started instead.
     """
 
     __slots__ = (
@@ -50,32 +51,33 @@ class Exchange:
         "_lane",
         "_metrics",
         "admit",
+        "answered",
         "interrupts",
         "outcome",
         "raw",
         "running",
-        "scope",
-        "send",
+        "sink",
+        "streamed",
         "ticket",
     )
 
     def __init__(
         self,
-        scope: Scope,
-        send: Send,
+        sink: Sink,
         ticket: Ticket,
         raw: bytes,
         driver: SchedulerDriver,
         metrics: GatewayMetrics,
     ) -> None:
-        self.scope = scope
-        self.send = send
+        self.sink = sink
         self.ticket = ticket
         self.raw = raw
         self.interrupts = Interruptible()
         self.admit: Admit | None = None
         self.running = False
         self.outcome: Outcome | None = None
+        self.answered: Reply | None = None
+        self.streamed = False
         self._driver = driver
         self._metrics = metrics
         self._lane = metrics.lane(ticket.model, ticket.lane)
@@ -184,10 +186,32 @@ class Exchange:
         self.running = False
         return waiting
 
-    def headers(self) -> Headers:
-        """The gateway's own response headers: queue time and lane."""
+    @property
+    def refused(self) -> bool:
+        """Whether the scheduler refused the ticket (a rejection, an expiry, a shed)."""
+        return self.outcome in _REFUSALS
+
+    # Not coroutines themselves: they hand back the sink's, one frame less per answer.
+    def reply(
+        self,
+        status: int,
+        body: bytes,
+        *,
+        events: bool = False,
+        preempted: bool = False,
+        retry_after_s: float | None = None,
+    ) -> Awaitable[None]:
+        """Answer the admitted request with a whole ``body`` (kept as ``answered``); await
+        the result."""
         assert self.admit is not None
-        return [
-            (b"x-sluicegate-queue-ms", b"%.1f" % (self.admit.queued_s * 1000)),
-            (b"x-sluicegate-lane", self.ticket.lane.encode()),
-        ]
+        reply = Reply(
+            status, body, self.admit.queued_s, self.ticket.lane, events, preempted, retry_after_s
+        )
+        self.answered = reply
+        return self.sink.answer(reply)
+
+    def open_stream(self) -> Awaitable[None]:
+        """Start the admitted request's event stream; await the result."""
+        assert self.admit is not None
+        self.streamed = True
+        return self.sink.open_stream(self.admit.queued_s, self.ticket.lane)

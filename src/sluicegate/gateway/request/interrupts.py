@@ -16,9 +16,8 @@ from __future__ import annotations
 import asyncio
 import enum
 
-from starlette.types import Receive
-
 from sluicegate.core.decisions import Preempt
+from sluicegate.errors import SluicegateError
 from sluicegate.gateway.asyncio_driver import RunningHandle
 from sluicegate.gateway.timer import LazyTimer
 
@@ -32,7 +31,7 @@ class Interrupt(enum.Enum):
     UPSTREAM_TIMEOUT = "upstream_timeout"
 
 
-class WaitInterruptedError(Exception):
+class WaitInterruptedError(SluicegateError):
     """A wait ended early for ``reason``."""
 
     def __init__(self, reason: Interrupt) -> None:
@@ -134,13 +133,3 @@ class Interruptible:
             raise asyncio.CancelledError
         self._task.uncancel()
         return WaitInterruptedError(self.reason)
-
-
-async def watch_disconnect(receive: Receive, interrupts: Interruptible) -> None:
-    """Turn the client's ``http.disconnect`` into an interrupt: a task per request, for
-    servers without the gateway protocol's ``sluicegate.on_disconnect`` extension."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            interrupts.disconnected()
-            return

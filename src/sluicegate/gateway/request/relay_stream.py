@@ -15,16 +15,10 @@ from typing import NamedTuple
 from sluicegate.core.ticket import Feedback, Outcome, Usage
 from sluicegate.gateway.http_errors import GatewayError
 from sluicegate.gateway.request.admission_wait import admission
-from sluicegate.gateway.request.asgi_send import SSE, abort_connection, send_body
 from sluicegate.gateway.request.classify import Endpoint
 from sluicegate.gateway.request.exchange import Exchange
 from sluicegate.gateway.request.interrupts import Interrupt, WaitInterruptedError
-from sluicegate.gateway.request.replies import (
-    PREEMPTED_HEADER,
-    error_event,
-    preempted_chunk,
-    relay_answer,
-)
+from sluicegate.gateway.request.replies import error_event, preempted_chunk, relay_answer
 from sluicegate.gateway.state import GatewayState
 from sluicegate.gateway.streams.scanner import SseScanner
 from sluicegate.gateway.streams.sse import EVENT_TOO_LARGE, SseSplitter
@@ -128,8 +122,7 @@ class StreamRelay:
             if body is not None:
                 await relay_answer(exchange, response.status, body)
             return
-        headers = [*SSE, *exchange.headers()]
-        await exchange.send({"type": "http.response.start", "status": 200, "headers": headers})
+        await exchange.open_stream()
         progress = _Progress()
         try:
             ending = await self._relay(exchange, response, progress)
@@ -140,7 +133,7 @@ class StreamRelay:
             response.release()
         exchange.finish(ending.outcome, progress.usage(exchange, ending), ttft_s=progress.ttft_s)
         if exchange.interrupts.reason is Interrupt.CLIENT_STALLED:
-            await abort_connection(exchange.scope)
+            await exchange.sink.abort()
         elif ending.outcome is not Outcome.CANCELLED and not exchange.interrupts.gone:
             await self._end_stream(exchange, ending.tail)
 
@@ -175,9 +168,8 @@ class StreamRelay:
     async def _preempted_before_start(self, exchange: Exchange) -> None:
         """Preempted before the stream started: end it with the preempted chunk."""
         exchange.finish(Outcome.PREEMPTED)
-        headers = [*SSE, *exchange.headers(), PREEMPTED_HEADER]
         chunk = preempted_chunk(self.endpoint, exchange.ticket.id)
-        await send_body(exchange.send, 200, chunk, headers)
+        await exchange.reply(200, chunk, events=True, preempted=True)
 
     async def _open(self, exchange: Exchange) -> Http1Response | None:
         """Send the request; the engine's response, or ``None`` if the exchange ended first.
@@ -229,7 +221,7 @@ class StreamRelay:
     ) -> _Ending:
         """Pass whole events through as they arrive, until the stream or the exchange ends."""
         driver, ticket, interrupts = self.state.driver, exchange.ticket, exchange.interrupts
-        send, handle = exchange.send, exchange.handle
+        stream, handle = exchange.sink.stream, exchange.handle
         splitter, scanner = progress.splitter, progress.scanner
         idle_s, stall_s = self._idle_s, self._stall_s
         try:
@@ -249,7 +241,7 @@ class StreamRelay:
                         return _MALFORMED
                     if whole:
                         interrupts.client.after(stall_s)
-                        await send({"type": "http.response.body", "body": whole, "more_body": True})
+                        await stream(whole)
                         interrupts.client.clear()
         except WaitInterruptedError as exc:
             if exc.reason is Interrupt.PREEMPTED:
@@ -295,11 +287,9 @@ class StreamRelay:
         interrupts.client.after(self._stall_s)
         try:
             with interrupts.waiting():
-                await exchange.send(
-                    {"type": "http.response.body", "body": tail, "more_body": False}
-                )
+                await exchange.sink.end_stream(tail)
         except WaitInterruptedError as exc:
             if exc.reason is Interrupt.CLIENT_STALLED:
-                await abort_connection(exchange.scope)
+                await exchange.sink.abort()
         finally:
             interrupts.client.clear()

@@ -22,11 +22,10 @@ from sluicegate.core.preemption import required_fraction
 from sluicegate.core.ticket import Outcome
 from sluicegate.gateway.http_errors import GatewayError
 from sluicegate.gateway.request.admission_wait import admission
-from sluicegate.gateway.request.asgi_send import JSON, send_body
 from sluicegate.gateway.request.classify import Endpoint
 from sluicegate.gateway.request.exchange import Exchange
 from sluicegate.gateway.request.interrupts import Interrupt, WaitInterruptedError
-from sluicegate.gateway.request.replies import PREEMPTED_HEADER, relay_answer
+from sluicegate.gateway.request.replies import relay_answer
 from sluicegate.gateway.state import GatewayState
 from sluicegate.gateway.streams.assemble import StreamAssembler, streamable_copy
 from sluicegate.gateway.streams.sse import EVENT_TOO_LARGE
@@ -222,5 +221,4 @@ class UnaryRelay:
             fallback_id=ticket.id,
             fallback_model=ticket.model,
         )
-        headers = [JSON, *exchange.headers(), PREEMPTED_HEADER]
-        await send_body(exchange.send, 200, body, headers)
+        await exchange.reply(200, body, preempted=True)

@@ -9,13 +9,11 @@ import time
 import orjson
 
 from sluicegate.core.ticket import Feedback, Outcome, Usage
-from sluicegate.gateway.http_errors import GatewayError, error_body, retry_headers
-from sluicegate.gateway.request.asgi_send import JSON, send_body
+from sluicegate.gateway.http_errors import GatewayError, error_body
 from sluicegate.gateway.request.classify import Endpoint
 from sluicegate.gateway.request.exchange import Exchange
 
 ENGINE_RETRY_AFTER_S = 1.0
-PREEMPTED_HEADER = (b"x-sluicegate-preempted", b"1")
 
 
 def preempted_chunk(endpoint: Endpoint, request_id: str) -> bytes:
@@ -123,11 +121,6 @@ async def relay_answer(
         feedback = Feedback.DROP if status == 429 else Feedback.IGNORE
     usage = Usage(prompt, completion, ttft_s=ttft_s, feedback=feedback)
     exchange.finish(outcome, usage, ttft_s=exchange.since_arrival())
-    headers = [JSON, *exchange.headers()]
-    if status == 429:
-        # The engine's own 429 (its headers are not relayed) still tells SDKs when to retry.
-        headers.extend(
-            (name.lower().encode(), value.encode())
-            for name, value in retry_headers(ENGINE_RETRY_AFTER_S).items()
-        )
-    await send_body(exchange.send, status, body, headers)
+    # The engine's own 429 (its headers are not relayed) still says when to retry.
+    retry_after_s = ENGINE_RETRY_AFTER_S if status == 429 else None
+    await exchange.reply(status, body, retry_after_s=retry_after_s)
