@@ -29,8 +29,9 @@ from sluicegate.gateway.ops.admin import NO_STORE_PREFIXES, AdminBatches, no_sto
 from sluicegate.gateway.ops.dashboard import Dashboard
 from sluicegate.gateway.ops.ops_endpoints import Ops
 from sluicegate.gateway.ops.scrape import poll_forever
-from sluicegate.gateway.request.handlers import PATHS, InferenceHandler
+from sluicegate.gateway.request.handlers import InferenceHandler
 from sluicegate.gateway.state import GatewayState
+from sluicegate.gateway.streams.endpoint_kind import PATHS
 
 
 def metrics_key(config: Config, environ: Mapping[str, str] | None = None) -> str | None:

@@ -15,10 +15,10 @@ from sluicegate.gateway.clock import Clock, wall_anchored_clock
 from sluicegate.gateway.distributed.distributed_metrics import StoreMetrics
 from sluicegate.gateway.distributed.store_link import StoreLink
 from sluicegate.gateway.http_errors import GatewayError
-from sluicegate.gateway.ops.gateway_metrics import GatewayMetrics
 from sluicegate.gateway.ops.pressure_loop import PressureLoop
 from sluicegate.gateway.ops.pressure_metrics import PressureGauges
 from sluicegate.gateway.request.auth import KeyRing, only_bearer
+from sluicegate.gateway.request.gateway_metrics import GatewayMetrics
 from sluicegate.gateway.upstream.clients import Upstream, upstream_limits
 from sluicegate.store.keys import default_replica_id
 from sluicegate.store.redis_store import RedisStore

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import orjson
 
 from sluicegate.core.spec import ModelSpec, TenantSpec
 from sluicegate.core.ticket import MAX_PRIORITY, MIN_PRIORITY
 from sluicegate.gateway.http_errors import GatewayError
+from sluicegate.gateway.streams.endpoint_kind import Endpoint
 
-Endpoint = Literal["chat", "completions", "embeddings"]
 MESSAGE_OVERHEAD_TOKENS = 4
 MAX_N = 16
 MAX_TOKENS_LIMIT = 10_000_000

@@ -18,7 +18,7 @@ from sluicegate.core.decisions import Admit
 from sluicegate.core.ticket import Feedback, Outcome, Ticket, Usage
 from sluicegate.gateway.asyncio_driver import RunningHandle, SchedulerDriver, Verdict
 from sluicegate.gateway.http_errors import GatewayError
-from sluicegate.gateway.ops.gateway_metrics import GatewayMetrics
+from sluicegate.gateway.request.gateway_metrics import GatewayMetrics
 from sluicegate.gateway.request.interrupts import Interruptible
 from sluicegate.gateway.request.sink import Reply, Sink
 

@@ -19,15 +19,10 @@ from starlette.types import Receive, Scope, Send
 from sluicegate.gateway.http_errors import GatewayError, error_response
 from sluicegate.gateway.request.asgi_send import HttpSink
 from sluicegate.gateway.request.body import RequestHead, read_body
-from sluicegate.gateway.request.classify import Endpoint
 from sluicegate.gateway.request.serving import Serving, TicketRequest, owed_error
 from sluicegate.gateway.state import GatewayState
+from sluicegate.gateway.streams.endpoint_kind import PATHS, Endpoint
 
-PATHS: dict[Endpoint, str] = {
-    "chat": "/v1/chat/completions",
-    "completions": "/v1/completions",
-    "embeddings": "/v1/embeddings",
-}
 log = logging.getLogger("sluicegate.gateway")
 
 

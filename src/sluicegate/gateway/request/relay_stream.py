@@ -15,11 +15,11 @@ from typing import NamedTuple
 from sluicegate.core.ticket import Feedback, Outcome, Usage
 from sluicegate.gateway.http_errors import GatewayError
 from sluicegate.gateway.request.admission_wait import admission
-from sluicegate.gateway.request.classify import Endpoint
 from sluicegate.gateway.request.exchange import Exchange
 from sluicegate.gateway.request.interrupts import Interrupt, WaitInterruptedError
 from sluicegate.gateway.request.replies import error_event, preempted_chunk, relay_answer
 from sluicegate.gateway.state import GatewayState
+from sluicegate.gateway.streams.endpoint_kind import Endpoint
 from sluicegate.gateway.streams.scanner import SseScanner
 from sluicegate.gateway.streams.sse import EVENT_TOO_LARGE, SseSplitter
 from sluicegate.gateway.upstream.clients import NotReachedError

@@ -22,12 +22,12 @@ from sluicegate.core.preemption import required_fraction
 from sluicegate.core.ticket import Outcome
 from sluicegate.gateway.http_errors import GatewayError
 from sluicegate.gateway.request.admission_wait import admission
-from sluicegate.gateway.request.classify import Endpoint
 from sluicegate.gateway.request.exchange import Exchange
 from sluicegate.gateway.request.interrupts import Interrupt, WaitInterruptedError
 from sluicegate.gateway.request.replies import relay_answer
 from sluicegate.gateway.state import GatewayState
 from sluicegate.gateway.streams.assemble import StreamAssembler, streamable_copy
+from sluicegate.gateway.streams.endpoint_kind import Endpoint
 from sluicegate.gateway.streams.sse import EVENT_TOO_LARGE
 from sluicegate.gateway.upstream.clients import NotReachedError, answer_error
 from sluicegate.gateway.upstream.http1 import Http1Response, UpstreamError

@@ -10,8 +10,8 @@ import orjson
 
 from sluicegate.core.ticket import Feedback, Outcome, Usage
 from sluicegate.gateway.http_errors import GatewayError, error_body
-from sluicegate.gateway.request.classify import Endpoint
 from sluicegate.gateway.request.exchange import Exchange
+from sluicegate.gateway.streams.endpoint_kind import Endpoint
 
 ENGINE_RETRY_AFTER_S = 1.0
 

@@ -28,7 +28,6 @@ from sluicegate.core.ticket import Outcome, Ticket, TicketId
 from sluicegate.gateway.http_errors import GatewayError
 from sluicegate.gateway.request.admission_wait import admission, submit
 from sluicegate.gateway.request.classify import (
-    Endpoint,
     check_choices,
     classify,
     estimate_prompt_tokens,
@@ -39,6 +38,7 @@ from sluicegate.gateway.request.relay_stream import StreamRelay
 from sluicegate.gateway.request.relay_unary import UnaryRelay
 from sluicegate.gateway.request.sink import Sink
 from sluicegate.gateway.state import GatewayState
+from sluicegate.gateway.streams.endpoint_kind import Endpoint
 from sluicegate.gateway.upstream.http1 import UpstreamError
 
 log = logging.getLogger("sluicegate.gateway")

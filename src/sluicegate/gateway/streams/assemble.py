@@ -26,7 +26,6 @@ import time
 
 import orjson
 
-from sluicegate.gateway.request.classify import Endpoint
 from sluicegate.gateway.streams.assemble_fields import (
     CHOICE_OWN,
     COUNTS,
@@ -38,6 +37,7 @@ from sluicegate.gateway.streams.assemble_fields import (
     merge,
 )
 from sluicegate.gateway.streams.delta_template import DeltaTemplate
+from sluicegate.gateway.streams.endpoint_kind import Endpoint
 from sluicegate.gateway.streams.scanner import DONE
 from sluicegate.gateway.streams.sse import SseSplitter, payloads_of
 
