@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "src" / "sluicegate"
 DESIGN = REPO / "docs" / "DESIGN.md"
 MAX_LINES = 400
+NAME = re.compile(r"[\w.]+(\.py|/)")
 
 # Top-level packages and modules of sluicegate, bottom first: each may import only
 # what stands on a lower level (or itself). ``errors`` imports nothing.
@@ -117,7 +118,7 @@ def design_tree_modules(text: str) -> set[str]:
             continue
         indent = len(line) - len(line.lstrip(" "))
         names_part = re.split(r"\s{2,}", line.strip(), maxsplit=1)[0]
-        if not names_part.endswith((".py", "/")) and "," not in names_part:
+        if not all(NAME.fullmatch(n.strip()) for n in names_part.split(",")):
             continue  # a continuation line of a description
         depth = indent // 2 - 1
         del stack[depth:]
