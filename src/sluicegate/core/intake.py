@@ -15,8 +15,6 @@ tickets.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from sluicegate.core.backend_state import any_healthy, unavailable_wait_s
 from sluicegate.core.decisions import ErrorCode, Expire, Reject, Reserve
 from sluicegate.core.entry import Entry
@@ -27,20 +25,11 @@ from sluicegate.core.retry import retry_wait_s
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
 from sluicegate.core.ticket import Ticket
 
-
-class Arrival(NamedTuple):
-    """What ``arrive`` made of a new ticket.
-
-    Attributes:
-        entry: its bookkeeping; ``None`` when ``refuse_early`` refused it (then nothing
-            was set up or charged, and it took no submission number).
-        refusal: why it may not queue, or ``None``: it queues (or runs) now.
-        wait: its start estimate in a lane that sheds (what ``Queued`` reports), else ``None``.
-    """
-
-    entry: Entry | None
-    refusal: Reject | None
-    wait: float | None
+Arrival = tuple[Entry | None, Reject | None, float | None]
+"""What ``arrive`` made of a new ticket: its entry (``None`` when ``refuse_early`` refused
+it: nothing was set up or charged, and it took no submission number), why it may not
+queue (``None``: it queues, or runs, now), and its start estimate in a lane that sheds
+(what ``Queued`` reports; else ``None``). A plain tuple: one is built per submit."""
 
 
 def arrive(
@@ -66,7 +55,7 @@ def arrive(
     """
     refusal = refuse_early(model, ticket, now, draining=draining, closed=closed, rate=rate)
     if refusal is not None:
-        return Arrival(None, refusal, None)
+        return None, refusal, None
     entry = new_entry(model, lane, ticket, now, seq=seq, shared=shared)
     refusal = refuse_lane(model, lane, ticket, pressure_retry_s)
     # The start estimate, in lanes that keep it: what sheds, and what ``Queued`` reports
@@ -78,7 +67,7 @@ def arrive(
             refusal = reject(ticket, 503, ErrorCode.OVERLOADED, wait, "deadline cannot be met")
     if rate is not None:
         rate.charge(ticket.tenant, 0 if refusal is not None else entry.charged_tokens, now)
-    return Arrival(entry, refusal, wait)
+    return entry, refusal, wait
 
 
 def new_entry(
