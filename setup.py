@@ -50,6 +50,7 @@ COMPILED = [
         "routing/least_inflight.py",
         "runtime.py",
         "scheduler.py",
+        "scheduler_state.py",
         "tenant_share.py",
         "ticket.py",
         "work_ahead.py",

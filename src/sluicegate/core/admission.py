@@ -5,13 +5,16 @@ order (lanes owed a preempted slot first) and each admits its head while it is
 under its own cap, the head fits the token budget and the router finds a
 backend; then a second pass lets lanes with ``borrow`` take the idle quota of
 lending lanes. A head that does not fit blocks its lane (no skipping); when no
-backend is available, admission stops for the model.
+backend is available, admission stops for the model. ``admit_granted`` is distributed
+mode's admission: the store granted the slot, the router picks the backend.
+
+Admission decides; the slot accounting of an admission is ``ModelRuntime.occupy``.
 """
 
 from __future__ import annotations
 
 from sluicegate.core.decisions import Admit, Decision
-from sluicegate.core.entry import Entry, State
+from sluicegate.core.entry import Entry
 from sluicegate.core.fair_queue import FairQueue
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
 
@@ -76,9 +79,22 @@ def _admit_lane(
             queue.remove(head)
         model.occupy(lane, head, backend, borrowing, now)
         ticket = head.ticket
-        head.state = State.RUNNING
         out.append(Admit(ticket, backend.spec.name, now - ticket.arrival))
     return True
+
+
+def admit_granted(model: ModelRuntime, lane: LaneRuntime, entry: Entry, now: float) -> Admit | None:
+    """Distributed mode: run queued ``entry``, granted a global slot by the shared store,
+    on the backend the router picks; ``None`` when no backend is free (it stays queued).
+
+    The store enforced the caps and budgets: only a backend is chosen here.
+    """
+    backend = model.router.choose(entry.ticket, entry.service_s, model.backends, now)
+    if backend is None:
+        return None
+    lane.queue.remove(entry)
+    model.occupy(lane, entry, backend, False, now)
+    return Admit(entry.ticket, backend.spec.name, now - entry.ticket.arrival)
 
 
 SHARE_STEERING_TENANTS = 16

@@ -1,6 +1,9 @@
-"""Runtime state of one backend as the scheduler and the routers see it."""
+"""Runtime state of one backend as the scheduler and the routers see it, and questions about
+a model's backends as a whole (any healthy, how long until one may be)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from sluicegate.core.circuit import CircuitBreaker, CircuitState
 from sluicegate.core.component_specs import BackendSpec
@@ -64,3 +67,20 @@ class BackendState:
         if (cap is not None and inflight and inflight + units > cap) or not self.probe_healthy:
             return False
         return self.circuit.allows(now)
+
+
+UNAVAILABLE_RETRY_S = 5.0
+"""The retry hint while no backend is healthy and no circuit is due to reopen."""
+
+
+def any_healthy(backends: Sequence[BackendState], now: float) -> bool:
+    """Whether at least one of ``backends`` may take traffic at ``now``."""
+    return any(backend.healthy(now) for backend in backends)
+
+
+def unavailable_wait_s(backends: Sequence[BackendState], now: float) -> float:
+    """How long until one of ``backends`` may take traffic again, when none can now: the
+    soonest open circuit's reopening, else ``UNAVAILABLE_RETRY_S`` (a probe must find one up)."""
+    reopen = [backend.circuit.reopen_at() for backend in backends]
+    soonest = min((t for t in reopen if t is not None), default=now + UNAVAILABLE_RETRY_S)
+    return soonest - now

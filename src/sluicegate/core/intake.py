@@ -1,23 +1,73 @@
-"""A ticket's bookkeeping on the way in and what its end teaches.
+"""A ticket's way in, and the refusals of a ticket already in that may not wait on.
 
-``refuse_early`` refuses a ticket before anything is set up for it (draining,
-store closed, no healthy backend, rate limit), charging nothing; ``refuse_bounced``
-ends one whose backend refused its connection, if it may not wait again; ``new_entry``
-derives what the scheduler keeps about a new ticket; ``offer`` is
-what distributed mode sends the store about a queued one; ``learn`` feeds a
-finished request to the model's predictor and adaptive limit.
+``arrive`` takes a new ticket in, in one step that returns its verdict: the refusals
+before anything is set up for it (``refuse_early``: draining, store closed, no healthy
+backend, rate limit; a check only, it charges nothing), its ``Entry`` (``new_entry``),
+the refusals of its lane (``refuse_lane``: cluster pressure, a full queue; a hopeless
+deadline in a shedding lane, from its start estimate), and the rate limit's one charge.
+``offer`` is what distributed mode sends the store about a queued ticket.
+
+A ticket already in leaves unserved by ``refuse_bounced`` (its backend refused its
+connection and it may not queue again) or ``expire`` (it waited past its expiry).
+Everything here returns its decision; the ``Scheduler`` registers, queues and ends
+tickets.
 """
 
 from __future__ import annotations
 
+from sluicegate.core.backend_state import any_healthy, unavailable_wait_s
 from sluicegate.core.decisions import ErrorCode, Expire, Reject, Reserve
 from sluicegate.core.entry import Entry
+from sluicegate.core.estimate import start_estimate
 from sluicegate.core.fair_queue import VTC_INPUT_WEIGHT, VTC_OUTPUT_WEIGHT
-from sluicegate.core.limits.feedback import report_outcome
 from sluicegate.core.ratelimit import TenantRateLimiter
 from sluicegate.core.retry import retry_wait_s
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
-from sluicegate.core.ticket import Feedback, Ticket, Usage
+from sluicegate.core.ticket import Ticket
+
+Arrival = tuple[Entry | None, Reject | None, float | None]
+"""What ``arrive`` made of a new ticket: its entry (``None`` when ``refuse_early`` refused
+it: nothing was set up or charged, and it took no submission number), why it may not
+queue (``None``: it queues, or runs, now), and its start estimate in a lane that sheds
+(what ``Queued`` reports; else ``None``). A plain tuple: one is built per submit."""
+
+
+def arrive(
+    model: ModelRuntime,
+    lane: LaneRuntime,
+    ticket: Ticket,
+    now: float,
+    *,
+    seq: int,
+    shared: bool,
+    draining: bool,
+    closed: bool,
+    rate: TenantRateLimiter | None,
+    pressure_retry_s: float,
+) -> Arrival:
+    """Take ``ticket`` in for ``lane``: refuse it, or make its entry (submission number
+    ``seq``) ready to queue; charge ``rate`` (``None`` when the store charged it).
+
+    The refusals come in this order: ``refuse_early``, then ``refuse_lane``, then, in a
+    lane that sheds, a deadline its start estimate says cannot be met (503 ``overloaded``).
+    ``rate`` is charged once, past ``refuse_early``: the request even if refused after
+    it, its tokens only if it queues.
+    """
+    refusal = refuse_early(model, ticket, now, draining=draining, closed=closed, rate=rate)
+    if refusal is not None:
+        return None, refusal, None
+    entry = new_entry(model, lane, ticket, now, seq=seq, shared=shared)
+    refusal = refuse_lane(model, lane, ticket, pressure_retry_s)
+    # The start estimate, in lanes that keep it: what sheds, and what ``Queued`` reports
+    # (a dispatch only moves work ahead of the ticket from queued to running).
+    wait: float | None = None
+    if refusal is None and lane.spec.shed_hopeless:
+        wait = start_estimate(model, lane, entry, now)
+        if now + wait + entry.service_s > entry.deadline:
+            refusal = reject(ticket, 503, ErrorCode.OVERLOADED, wait, "deadline cannot be met")
+    if rate is not None:
+        rate.charge(ticket.tenant, 0 if refusal is not None else entry.charged_tokens, now)
+    return entry, refusal, wait
 
 
 def new_entry(
@@ -70,39 +120,6 @@ def offer(lane: LaneRuntime, entry: Entry) -> Reserve:
     return Reserve(ticket, lane.order(entry), entry.cost_tokens, charge)
 
 
-def learn(model: ModelRuntime, entry: Entry, usage: Usage, now: float) -> None:
-    """Feed a finished, not preempted, request to the predictor and the limit.
-
-    The predictor learns only from answers the engine gave in full (``Feedback.SAMPLE``):
-    a client's 4xx, a disconnect or an engine's 429 says nothing about output lengths.
-    A ticket of several units (``n`` choices) teaches what one choice did: its share
-    of ``max_tokens`` and of the tokens generated, in the time they took side by side.
-    """
-    ticket = entry.ticket
-    units = ticket.units
-    if units > 1:
-        usage = Usage(
-            usage.prompt_tokens,
-            usage.completion_tokens // units,
-            ttft_s=usage.ttft_s,
-            ok=usage.ok,
-            feedback=usage.feedback,
-        )
-    if usage.limit_feedback is Feedback.SAMPLE:
-        model.predictor.observe(
-            lane=ticket.lane,
-            max_tokens=max(1, ticket.max_tokens // units),
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-            ttft_s=usage.ttft_s,
-            duration_s=now - entry.admitted_at,
-        )
-    if model.limit is not None:
-        report_outcome(
-            model.limit, usage, elapsed_s=now - entry.admitted_at, inflight=model.running + units
-        )
-
-
 def refuse_early(
     model: ModelRuntime,
     ticket: Ticket,
@@ -117,14 +134,14 @@ def refuse_early(
     model waits for backends, e.g. scaling from zero: then it queues), or its
     tenant's rate limit (``rate``; ``None`` when the store charged it) is exhausted.
 
-    A check only: it charges nothing (``Scheduler.submit`` charges the rate limit)."""
+    A check only: it charges nothing (``arrive`` charges the rate limit)."""
     if draining:
         return reject(ticket, 503, ErrorCode.DRAINING, 5.0, "gateway is draining")
     if closed:
         message = "the shared store is unavailable"
         return reject(ticket, 503, ErrorCode.STORE_UNAVAILABLE, 1.0, message)
-    if not model.spec.wait_for_backends and not model.any_healthy(now):
-        wait = model.unavailable_wait_s(now)
+    if not model.spec.wait_for_backends and not any_healthy(model.backends, now):
+        wait = unavailable_wait_s(model.backends, now)
         return reject(ticket, 503, ErrorCode.NO_HEALTHY_BACKEND, wait, "no healthy backend")
     if rate is None:
         return None
@@ -163,17 +180,36 @@ def refuse_bounced(model: ModelRuntime, entry: Entry, now: float) -> Expire | No
     cool-down paces its tries there.
     """
     ticket = entry.ticket
-    healthy = model.any_healthy(now)
+    healthy = any_healthy(model.backends, now)
     if healthy:
         wait = model.drain_estimate_s(model.lanes[ticket.lane])
     else:
-        wait = model.unavailable_wait_s(now)
+        wait = unavailable_wait_s(model.backends, now)
     if now >= entry.expire_at:
         code = ErrorCode.OVERLOADED if entry.expires_hopeless else ErrorCode.QUEUE_TIMEOUT
         return Expire(ticket, retry_wait_s(wait), code)
     if not model.spec.wait_for_backends and (entry.bounces > len(model.backends) or not healthy):
         return Expire(ticket, retry_wait_s(wait), ErrorCode.NO_HEALTHY_BACKEND)
     return None
+
+
+def expire(model: ModelRuntime, lane: LaneRuntime, entry: Entry, now: float) -> Expire:
+    """Take queued ``entry``, past its expiry, out of ``lane``'s queue and say why it leaves.
+
+    503 ``overloaded`` at its latest start in a shedding lane, else ``queue_timeout``. The
+    retry hint: with work tracked, when the work that was ahead of it has run (where it
+    stood, it would have started); else the lane's whole drain, once it left; and while
+    no backend is healthy (a waiting room whose engines never came), at least until one
+    may be.
+    """
+    wait = start_estimate(model, lane, entry, now) if lane.spec.shed_hopeless else None
+    lane.queue.remove(entry)
+    if wait is None:
+        wait = model.drain_estimate_s(lane)
+    if not any_healthy(model.backends, now):
+        wait = max(wait, unavailable_wait_s(model.backends, now))
+    code = ErrorCode.OVERLOADED if entry.expires_hopeless else ErrorCode.QUEUE_TIMEOUT
+    return Expire(entry.ticket, retry_wait_s(wait), code)
 
 
 def reject(ticket: Ticket, status: int, code: ErrorCode, wait_s: float, message: str) -> Reject:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from sluicegate.core.backend_state import any_healthy
 from sluicegate.core.decisions import Decision, Preempt, PreemptAction
 from sluicegate.core.entry import Entry, State
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
@@ -124,7 +125,7 @@ def preempt_for_blocked(model: ModelRuntime, now: float, out: list[Decision]) ->
             wakeups.extend(_eligible_at(model, candidates, now))
             continue
         _preempt(model, lane, victim, out)
-    if waiting and not model.any_healthy(now):
+    if waiting and not any_healthy(model.backends, now):
         wakeups.extend(t for b in model.backends if (t := b.circuit.reopen_at()) is not None)
     model.wakeup = min(wakeups) if wakeups else None
 

@@ -1,4 +1,10 @@
-"""Live state of models and lanes: counts, budgets and the per-model collaborators."""
+"""Live state of models and lanes: counts, budgets and the per-model collaborators.
+
+The state changes of a model happen here, in the module that owns its counts:
+``occupy`` when a ticket takes a slot, ``release`` when it gives it back,
+``finish`` when it ends (the slot, its backend's circuit, what it teaches the
+predictor and the adaptive limit) and ``bounced`` when its backend refused it.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +12,15 @@ from collections.abc import Mapping
 
 from sluicegate.core.backend_state import BackendState
 from sluicegate.core.circuit import CircuitBreaker
-from sluicegate.core.entry import Entry
+from sluicegate.core.entry import Entry, State
 from sluicegate.core.limits import Limit, make_limit
+from sluicegate.core.limits.feedback import report_outcome
 from sluicegate.core.policies import ORDERINGS, make_queue
 from sluicegate.core.predictor import Predictor
 from sluicegate.core.routing import Router, make_router
 from sluicegate.core.spec import KV_WATERMARK, LaneSpec, ModelSpec
 from sluicegate.core.tenant_share import TenantSlots
-from sluicegate.core.ticket import MAX_PRIORITY, BackendStats, TicketId
+from sluicegate.core.ticket import MAX_PRIORITY, BackendStats, Feedback, TicketId, Usage
 
 
 class LaneRuntime:
@@ -62,10 +69,6 @@ class LaneRuntime:
     def running(self) -> int:
         """All running tickets of the lane, own and borrowed."""
         return self.own + self.borrowed
-
-
-UNAVAILABLE_RETRY_S = 5.0
-"""The retry hint while no backend is healthy and no circuit is due to reopen."""
 
 
 class ModelRuntime:
@@ -217,17 +220,6 @@ class ModelRuntime:
             or (self.inflight_tokens + entry.cost_tokens <= budget)
         )
 
-    def any_healthy(self, now: float) -> bool:
-        """Whether at least one backend may take traffic."""
-        return any(backend.healthy(now) for backend in self.backends)
-
-    def unavailable_wait_s(self, now: float) -> float:
-        """How long until a backend may take traffic again, when none can now: the soonest
-        open circuit's reopening, else ``UNAVAILABLE_RETRY_S`` (a probe must find one up)."""
-        reopen = [b.circuit.reopen_at() for b in self.backends]
-        soonest = min((t for t in reopen if t is not None), default=now + UNAVAILABLE_RETRY_S)
-        return soonest - now
-
     def backend(self, name: str) -> BackendState:
         """The backend called ``name``; ``KeyError`` if there is none."""
         return self.backend_by_name[name]
@@ -269,12 +261,13 @@ class ModelRuntime:
     def occupy(
         self, lane: LaneRuntime, entry: Entry, backend: BackendState, borrowing: bool, now: float
     ) -> None:
-        """Count ``entry`` (just popped from ``lane``) as running on ``backend``.
+        """Count ``entry`` (just taken out of ``lane``'s queue) as running on ``backend``.
 
         It takes an own slot of its lane, or a borrowed one when ``borrowing``;
         its tokens join the budget and its predicted work the backend's.
         """
         lane.queue.on_admit(entry)
+        entry.state = State.RUNNING
         entry.admitted_at = now
         entry.backend = backend.spec.name
         entry.borrowed = borrowing
@@ -324,3 +317,57 @@ class ModelRuntime:
             entry.preempted_for = None
         prompt_tokens = entry.ticket.prompt_tokens if served else 0
         lane.queue.on_finish(entry, prompt_tokens, completion_tokens)
+
+    def finish(self, entry: Entry, usage: Usage, now: float, *, learn: bool) -> None:
+        """A running ``entry`` ended with ``usage``: ``release`` its slot, tell its backend's
+        circuit how the request went (``usage.ok``; ``None``: unknown, e.g. the client
+        left) and, when ``learn`` (it was not preempted), teach the predictor and the
+        adaptive limit what it did."""
+        self.release(entry, usage.completion_tokens)
+        circuit = self.backend(entry.backend).circuit
+        if usage.ok is None:
+            circuit.on_unknown()
+        elif usage.ok:
+            circuit.on_success()
+        else:
+            circuit.on_failure(now)
+        if learn:
+            self._learn(entry, usage, now)
+
+    def bounced(self, entry: Entry, now: float) -> None:
+        """Running ``entry``'s backend refused its connection before anything was sent:
+        give its slot back teaching nothing (not served) and open the backend's circuit."""
+        self.release(entry, 0, served=False)
+        self.backend(entry.backend).circuit.trip(now)
+
+    def _learn(self, entry: Entry, usage: Usage, now: float) -> None:
+        """Feed a finished, not preempted, request to the predictor and the limit.
+
+        The predictor learns only from answers the engine gave in full (``Feedback.SAMPLE``):
+        a client's 4xx, a disconnect or an engine's 429 says nothing about output lengths.
+        A ticket of several units (``n`` choices) teaches what one choice did: its share
+        of ``max_tokens`` and of the tokens generated, in the time they took side by side.
+        """
+        ticket = entry.ticket
+        units = ticket.units
+        if units > 1:
+            usage = Usage(
+                usage.prompt_tokens,
+                usage.completion_tokens // units,
+                ttft_s=usage.ttft_s,
+                ok=usage.ok,
+                feedback=usage.feedback,
+            )
+        if usage.limit_feedback is Feedback.SAMPLE:
+            self.predictor.observe(
+                lane=ticket.lane,
+                max_tokens=max(1, ticket.max_tokens // units),
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+                ttft_s=usage.ttft_s,
+                duration_s=now - entry.admitted_at,
+            )
+        if self.limit is not None:
+            report_outcome(
+                self.limit, usage, elapsed_s=now - entry.admitted_at, inflight=self.running + units
+            )

@@ -20,43 +20,36 @@ and, in distributed mode (DESIGN §16), where a shared store admits::
 Nothing here reads a clock, sleeps or does I/O, so the same code runs in the
 gateway and the simulator.
 
-This module is the entry point: each event updates the ticket's bookkeeping,
-then runs one *dispatch* for the model concerned — ``admission.admit_waiting``
-grants free capacity to waiting tickets, then ``preemption.preempt_for_blocked``
-stops running tickets for urgent ones. The live counts they share (slots,
-budgets, backends) and their accounting live in ``runtime``.
+This module is the entry point. Decisions flow down and events flow up: each
+event method asks the modules below for a verdict and gets a value back, then
+changes the state it owns (the live tickets, their queues and expiry, kept in
+``SchedulerState``, ``core/scheduler_state.py``), and runs one *dispatch* for the
+model concerned: ``admission.admit_waiting`` grants free capacity to waiting
+tickets, then ``preemption.preempt_for_blocked`` stops running tickets for urgent
+ones (a model with nothing queued has nothing to dispatch). A new ticket's
+verdict is ``intake.arrive``'s; a model's slot accounting, and what a ticket's
+end does to its backend and teaches the model, are ``ModelRuntime``'s
+(``occupy``, ``release``, ``finish``, ``bounced`` in ``runtime``).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
 
-from sluicegate.core.admission import admit_waiting
+from sluicegate.core.admission import admit_granted, admit_waiting
 from sluicegate.core.core_errors import UnknownModelError
-from sluicegate.core.decisions import Admit, Decision, ErrorCode, Expire, Queued
+from sluicegate.core.decisions import Decision, ErrorCode, Expire, Queued
 from sluicegate.core.entry import Entry, State
-from sluicegate.core.estimate import start_estimate
-from sluicegate.core.intake import (
-    learn,
-    new_entry,
-    offer,
-    refuse_bounced,
-    refuse_early,
-    refuse_lane,
-    reject,
-)
+from sluicegate.core.intake import arrive, expire, offer, refuse_bounced
 from sluicegate.core.preemption import preempt_for_blocked
 from sluicegate.core.pressure import lane_ceilings
 from sluicegate.core.ratelimit import TenantRateLimiter
-from sluicegate.core.retry import retry_wait_s
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
-from sluicegate.core.spec import SchedulerSpec
+from sluicegate.core.scheduler_state import SchedulerState
 from sluicegate.core.ticket import BackendStats, Ticket, TicketId, Usage
-from sluicegate.core.views import LaneView, ModelView, view_model
 
 
-class Scheduler:
+class Scheduler(SchedulerState):
     """Admission control, queueing, preemption and routing for every configured model.
 
     Invariants (checked by the property tests): a lane's own running count
@@ -71,27 +64,6 @@ class Scheduler:
     when the store grants it (``grant``). Preemption acts only in local mode.
     """
 
-    def __init__(
-        self, spec: SchedulerSpec, *, rate_limiter: TenantRateLimiter | None = None
-    ) -> None:
-        weights = {tenant.name: tenant.weight for tenant in spec.tenants}
-        self.spec = spec
-        self._models = {model.name: ModelRuntime(model, weights) for model in spec.models}
-        for runtime in self._models.values():
-            for lane in runtime.lane_order:
-                # Only lanes that decide by it pay for the start estimate's bookkeeping.
-                if lane.spec.shed_hopeless:
-                    lane.queue.track_work()
-        self._rate = rate_limiter if rate_limiter is not None else TenantRateLimiter(spec.tenants)
-        self._entries: dict[TicketId, Entry] = {}
-        self._expiry: list[tuple[float, int, int, Entry]] = []
-        self._seq = 0
-        self._shared = False
-        self._closed = False
-        self._offers: list[Entry] = []
-        self._pressure_retry_s = 5.0
-        self.draining = False
-
     # ------------------------------------------------------------------ events
 
     def submit(self, ticket: Ticket, now: float) -> list[Decision]:
@@ -103,33 +75,30 @@ class Scheduler:
         if ticket.id in self._entries:
             raise ValueError(f"ticket {ticket.id!r} is already live")
         rate = None if self._shared else self._rate  # in shared mode the driver charged the store
-        refusal = refuse_early(
-            model, ticket, now, draining=self.draining, closed=self._closed, rate=rate
+        entry, refusal, wait = arrive(
+            model,
+            lane,
+            ticket,
+            now,
+            seq=self._seq + 1,
+            shared=self._shared,
+            draining=self.draining,
+            closed=self._closed,
+            rate=rate,
+            pressure_retry_s=self._pressure_retry_s,
         )
+        if entry is not None:
+            self._seq = entry.seq
         if refusal is not None:
             return [refusal]
-        self._seq += 1
-        entry = new_entry(model, lane, ticket, now, seq=self._seq, shared=self._shared)
-        queue = lane.queue
-        refusal = refuse_lane(model, lane, ticket, self._pressure_retry_s)
-        # The start estimate, in lanes that keep it: what sheds, and what ``Queued`` reports
-        # (a dispatch only moves work ahead of the ticket from queued to running).
-        wait: float | None = None
-        if refusal is None and lane.spec.shed_hopeless:
-            wait = start_estimate(model, lane, entry, now)
-            if now + wait + entry.service_s > entry.deadline:
-                refusal = reject(ticket, 503, ErrorCode.OVERLOADED, wait, "deadline cannot be met")
-        if rate is not None:
-            # Charged once, here: the request even if refused above, its tokens if it queues.
-            rate.charge(ticket.tenant, 0 if refusal is not None else entry.charged_tokens, now)
-        if refusal is not None:
-            return [refusal]
+        assert entry is not None, "arrive makes an entry for every ticket it does not refuse"
         self._entries[ticket.id] = entry
         if self._shared:
             self._enqueue(lane, entry, now)
             offers: list[Decision] = [Queued(ticket, wait)]
             self._dispatch(model, now, offers)
             return offers
+        queue = lane.queue
         head_before = queue.peek()
         self._enqueue(lane, entry, now)
         if head_before is not None and model.running >= model.cap() and queue.peek() is head_before:
@@ -153,23 +122,12 @@ class Scheduler:
         the answer's end stopped nothing, so the ticket ends completed rather
         than preempted (it is not requeued).
         """
-        entry = self._entries.get(ticket_id)
+        entry = self._running_entry(ticket_id)
         if entry is None:
             return []
-        if entry.state is State.QUEUED:
-            raise ValueError(f"ticket {ticket_id!r} is {entry.state.value}, not running")
         model = self._models[entry.ticket.model]
-        model.release(entry, usage.completion_tokens)
-        backend = model.backend(entry.backend)
-        if usage.ok is None:
-            backend.circuit.on_unknown()
-        elif usage.ok:
-            backend.circuit.on_success()
-        else:
-            backend.circuit.on_failure(now)
         preempted = entry.state is State.PREEMPTING and not ran_to_end
-        if not preempted:
-            learn(model, entry, usage, now)
+        model.finish(entry, usage, now, learn=not preempted)
         out: list[Decision] = []
         if preempted and entry.preempt_requeue:
             # The waiter the slot was freed for goes first; then the victim queues again.
@@ -190,14 +148,11 @@ class Scheduler:
         expiry, for another backend, unless ``refuse_bounced`` ends it (an ``Expire``).
         Unknown or already-ended tickets are a no-op.
         """
-        entry = self._entries.get(ticket_id)
+        entry = self._running_entry(ticket_id)
         if entry is None:
             return []
-        if entry.state is State.QUEUED:
-            raise ValueError(f"ticket {ticket_id!r} is {entry.state.value}, not running")
         model = self._models[entry.ticket.model]
-        model.release(entry, 0, served=False)
-        model.backend(entry.backend).circuit.trip(now)
+        model.bounced(entry, now)
         entry.bounces += 1
         out: list[Decision] = []
         refusal = refuse_bounced(model, entry, now)
@@ -243,18 +198,8 @@ class Scheduler:
             if entry.queue_gen != gen or entry.state is not State.QUEUED:
                 continue
             model = self._models[entry.ticket.model]
-            lane = model.lanes[entry.ticket.lane]
-            # With work tracked, retry when the work that was ahead of it has run (where it
-            # stood, it would have started); else the lane's whole drain, once it left.
-            wait = start_estimate(model, lane, entry, now) if lane.spec.shed_hopeless else None
-            lane.queue.remove(entry)
+            out.append(expire(model, model.lanes[entry.ticket.lane], entry, now))
             self._end(entry, 0, now)
-            if wait is None:
-                wait = model.drain_estimate_s(lane)
-            if not model.any_healthy(now):  # a waiting room whose engines never came
-                wait = max(wait, model.unavailable_wait_s(now))
-            code = ErrorCode.OVERLOADED if entry.expires_hopeless else ErrorCode.QUEUE_TIMEOUT
-            out.append(Expire(entry.ticket, retry_wait_s(wait), code))
             touched.add(model.spec.name)
         for name, model in self._models.items():
             if name in touched or (model.wakeup is not None and model.wakeup <= now):
@@ -282,13 +227,8 @@ class Scheduler:
             return []
         model = self._models[entry.ticket.model]
         lane = model.lanes[entry.ticket.lane]
-        backend = model.router.choose(entry.ticket, entry.service_s, model.backends, now)
-        if backend is None:
-            return [offer(lane, entry)]
-        lane.queue.remove(entry)
-        model.occupy(lane, entry, backend, False, now)
-        entry.state = State.RUNNING
-        return [Admit(entry.ticket, backend.spec.name, now - entry.ticket.arrival)]
+        admit = admit_granted(model, lane, entry, now)
+        return [offer(lane, entry)] if admit is None else [admit]
 
     def use_store(self, now: float) -> list[Decision]:
         """Enter distributed mode (or return to it): the store's limits replace the local
@@ -343,11 +283,6 @@ class Scheduler:
             self._dispatch(model, now, out)
         return out
 
-    @property
-    def shared(self) -> bool:
-        """Whether the shared store admits (distributed mode, store up)."""
-        return self._shared
-
     def drain(self) -> None:
         """Stop accepting new tickets; queued and running ones finish."""
         self.draining = True
@@ -368,60 +303,7 @@ class Scheduler:
             times.append(expiry[0][0])
         return min(times) if times else None
 
-    # ------------------------------------------------------------------ views
-
-    def models(self) -> list[str]:
-        """Names of the configured models."""
-        return list(self._models)
-
-    def view(self, model: str, now: float = float("-inf")) -> ModelView:
-        """A read-only snapshot of one model's queues, counts, limits and backends.
-
-        Health is judged at ``now``; without it, circuits read as last stored.
-        """
-        return view_model(self._model(model), now)
-
-    def lane_view(self, model: str, lane: str) -> LaneView:
-        """A read-only snapshot of one lane."""
-        for view in self.view(model).lanes:
-            if view.name == lane:
-                return view
-        raise UnknownModelError(f"model {model!r} has no lane {lane!r}")
-
-    def live_tickets(self) -> int:
-        """Tickets not yet ended (queued, reserving, running or being preempted)."""
-        return len(self._entries)
-
-    def state_of(self, ticket_id: TicketId) -> State | None:
-        """Where a live ticket is, or ``None`` once it has ended."""
-        entry = self._entries.get(ticket_id)
-        return None if entry is None else entry.state
-
-    def capacity(self, model: str) -> tuple[int, int | None]:
-        """The model's effective cap and token budget: what distributed mode enforces globally."""
-        runtime = self._model(model)
-        return runtime.cap(), runtime.token_budget
-
-    def ceilings(self, model: str) -> Mapping[str, int]:
-        """The lanes of ``model`` cluster pressure holds, and the cap each keeps."""
-        return self._model(model).ceilings
-
-    def running(self, model: str) -> list[tuple[Ticket, int]]:
-        """The model's running tickets with their token costs (re-written to a returning store)."""
-        entries = self._model(model).running_entries.values()
-        return [(entry.ticket, entry.cost_tokens) for entry in entries]
-
-    def counter(self, model: str, lane: str, tenant: str) -> float | None:
-        """The tenant's fair-share counter in a lane with ``vtc`` fairness, else ``None``."""
-        return self._model(model).lanes[lane].queue.counter(tenant)
-
     # ------------------------------------------------------------------ internals
-
-    def _model(self, name: str) -> ModelRuntime:
-        try:
-            return self._models[name]
-        except KeyError:
-            raise UnknownModelError(f"unknown model {name!r}") from None
 
     def _enqueue(self, lane: LaneRuntime, entry: Entry, now: float) -> None:
         entry.state = State.QUEUED
@@ -430,14 +312,6 @@ class Scheduler:
         heapq.heappush(self._expiry, (entry.expire_at, entry.seq, entry.queue_gen, entry))
         if self._shared:
             self._offers.append(entry)
-
-    def _waiting(self) -> list[Entry]:
-        """Every queued entry, in submission order."""
-        queued = (entry for entry in self._entries.values() if entry.state is State.QUEUED)
-        return sorted(queued, key=lambda entry: entry.seq)
-
-    def _lane_of(self, entry: Entry) -> LaneRuntime:
-        return self._models[entry.ticket.model].lanes[entry.ticket.lane]
 
     def _end(self, entry: Entry, used_tokens: int, now: float) -> None:
         del self._entries[entry.ticket.id]
@@ -456,6 +330,12 @@ class Scheduler:
                 if entry.state is State.QUEUED:
                     out.append(offer(self._lane_of(entry), entry))
             self._offers.clear()
+            return
+        for lane in model.lane_order:
+            if len(lane.queue):
+                break
+        else:
+            model.wakeup = None  # nothing waits: nothing to admit, nothing to preempt for
             return
         if model.running < model.cap():
             admit_waiting(model, now, out)
