@@ -17,6 +17,7 @@ from sluicegate.gateway.http_errors import GatewayError
 from sluicegate.gateway.request.admission_wait import admission
 from sluicegate.gateway.request.exchange import Exchange
 from sluicegate.gateway.request.interrupts import Interrupt, WaitInterruptedError
+from sluicegate.gateway.request.relay import Relay
 from sluicegate.gateway.request.replies import error_event, preempted_chunk, relay_answer
 from sluicegate.gateway.state import GatewayState
 from sluicegate.gateway.streams.endpoint_kind import Endpoint
@@ -100,17 +101,12 @@ class _Progress:
         )
 
 
-class StreamRelay:
+class StreamRelay(Relay):
     """Serves streamed requests of one endpoint."""
 
     def __init__(self, state: GatewayState, endpoint: Endpoint, path: str) -> None:
-        self.state = state
-        self.endpoint = endpoint
-        self.path = path
-        server = state.config.server
-        self._first_byte_s = server.upstream_first_byte_timeout_s
-        self._idle_s = server.upstream_idle_timeout_s
-        self._stall_s = server.client_stall_timeout_s
+        super().__init__(state, endpoint, path)
+        self._stall_s = state.config.server.client_stall_timeout_s
 
     async def serve(self, exchange: Exchange) -> None:
         """Open the upstream stream, relay it, end it."""

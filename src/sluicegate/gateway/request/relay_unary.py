@@ -24,10 +24,9 @@ from sluicegate.gateway.http_errors import GatewayError
 from sluicegate.gateway.request.admission_wait import admission
 from sluicegate.gateway.request.exchange import Exchange
 from sluicegate.gateway.request.interrupts import Interrupt, WaitInterruptedError
+from sluicegate.gateway.request.relay import Relay
 from sluicegate.gateway.request.replies import relay_answer
-from sluicegate.gateway.state import GatewayState
 from sluicegate.gateway.streams.assemble import StreamAssembler, streamable_copy
-from sluicegate.gateway.streams.endpoint_kind import Endpoint
 from sluicegate.gateway.streams.sse import EVENT_TOO_LARGE
 from sluicegate.gateway.upstream.clients import NotReachedError, answer_error
 from sluicegate.gateway.upstream.http1 import Http1Response, UpstreamError
@@ -41,16 +40,8 @@ class _Answer(NamedTuple):
     first_token_s: float | None
 
 
-class UnaryRelay:
+class UnaryRelay(Relay):
     """Serves non-streamed requests of one endpoint."""
-
-    def __init__(self, state: GatewayState, endpoint: Endpoint, path: str) -> None:
-        self.state = state
-        self.endpoint = endpoint
-        self.path = path
-        server = state.config.server
-        self._first_byte_s = server.upstream_first_byte_timeout_s
-        self._idle_s = server.upstream_idle_timeout_s
 
     async def serve(self, exchange: Exchange) -> None:
         """Run attempts until the exchange has ended (answered, refused, failed or left).
