@@ -34,6 +34,17 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"__main__"}),
 )
 
+# The gateway's sub-packages, bottom first: each may import the gateway's root modules
+# and the sub-packages on lower levels, never one above (``state.py`` and ``app.py``, the
+# root that wires them, may import any).
+GATEWAY_LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"streams", "upstream", "distributed"}),
+    frozenset({"request"}),
+    frozenset({"batch_lane"}),
+    frozenset({"ops"}),
+    frozenset({"workers"}),
+)
+
 
 def modules(root: Path) -> list[Path]:
     """Every ``.py`` file below ``root``, ``__init__.py`` included."""
@@ -208,3 +219,44 @@ def test_layer_check_catches_an_upward_import(tmp_path: Path) -> None:
         "def f():\n    from sluicegate.config import Config\n    return Config\n"
     )
     assert upward_imports(root) == ["store/check.py imports sluicegate.config"]
+
+
+def gateway_upward_imports(gateway: Path) -> list[str]:
+    """Imports from a gateway sub-package to a sibling on a higher level (``GATEWAY_LAYERS``)."""
+    level = {name: i for i, names in enumerate(GATEWAY_LAYERS) for name in names}
+    found = []
+    for path in modules(gateway):
+        parts = path.relative_to(gateway).parts
+        if len(parts) == 1:
+            continue
+        own = parts[0]
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if not (isinstance(node, ast.ImportFrom) and node.module):
+                continue
+            target = node.module.split(".")
+            if target[:2] != ["sluicegate", "gateway"] or len(target) < 4:
+                continue
+            other = target[2]
+            if other == own:
+                continue
+            if other not in level or own not in level:
+                found.append(f"{path.relative_to(gateway)}: {node.module} (not in GATEWAY_LAYERS)")
+            elif level[other] > level[own]:
+                found.append(f"{path.relative_to(gateway)} imports {node.module}")
+    return found
+
+
+def test_gateway_sub_packages_import_downwards() -> None:
+    """``request`` never imports ``ops`` or the batch lane; ``streams`` imports no sibling."""
+    assert gateway_upward_imports(PACKAGE / "gateway") == []
+
+
+def test_gateway_layer_check_catches_an_upward_import(tmp_path: Path) -> None:
+    """The gateway check can fail: ``request`` importing ``ops`` is reported."""
+    (tmp_path / "request").mkdir()
+    (tmp_path / "request" / "exchange.py").write_text(
+        "from sluicegate.gateway.ops.admin import guard\n"
+    )
+    assert gateway_upward_imports(tmp_path) == [
+        "request/exchange.py imports sluicegate.gateway.ops.admin"
+    ]

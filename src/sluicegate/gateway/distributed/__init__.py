@@ -1,5 +1,6 @@
-"""Distributed mode's I/O: the driver's link to the shared store, its modes, life and metrics.
+"""Many gateway processes acting as one: the driver's link to the shared store, its modes,
+life and metrics, and the worker siblings of ``serve --workers N``.
 
 The scheduler stays sans-I/O; this package carries its counts to ``store`` and the
-store's grants back. May import ``store`` and ``core``; not ``gateway.request``.
+store's grants back. May import ``store``, ``core`` and the gateway's root; no sibling.
 """

@@ -1,1 +1,5 @@
-"""Operations: health, readiness, admin, Prometheus metrics, the dashboard, the pressure loop."""
+"""Operations: health, readiness, admin, metrics exposition, the dashboard, and the loops
+that watch the cluster (the pressure loop, the backend probes and scrapes).
+
+May import ``request``, ``batch_lane``, ``distributed`` and the gateway's root.
+"""

@@ -1,1 +1,4 @@
-"""``serve --workers N``: the supervisor, its worker processes, their fan-out and private Redis."""
+"""``serve --workers N``: the supervisor, its worker processes, their run dirs and private Redis.
+
+The top of the gateway: a worker builds the app (``gateway/app.py``).
+"""
