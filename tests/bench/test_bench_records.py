@@ -38,7 +38,9 @@ _RECORDS = st.builds(
 )
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(records=st.lists(_RECORDS, max_size=5))
 def test_csv_round_trips_every_field(tmp_path: Path, records: list[RequestRecord]) -> None:
     """``read_csv(write_csv(records))`` gives the same records (None, floats and text exact)."""

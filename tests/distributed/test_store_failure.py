@@ -262,4 +262,6 @@ async def test_fail_closed_refuses_with_store_unavailable(tmp_path: Path) -> Non
         assert int(reply.headers["retry-after"]) >= 1, reply.headers
         assert int(reply.headers["retry-after-ms"]) > 0, reply.headers
     before = [r for r in outage.probe if r.started_s + r.latency_s < outage.marks["paused"]]
-    assert {r.status for r in before} == {200}
+    assert {r.status for r in before} == {200}, sorted(
+        {(r.status, r.error_code, r.started_s - outage.marks["load"]) for r in before}
+    )
