@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import re
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -81,34 +82,54 @@ def top_level(name: str) -> str | None:
     return parts[1]
 
 
-def upward_imports(root: Path) -> list[str]:
-    """Imports from a top-level part of sluicegate to one on a higher level (``LAYERS``).
+def imported_modules(path: Path) -> list[str]:
+    """Every absolute module name ``path`` imports, anywhere in it (functions and
+    ``TYPE_CHECKING`` blocks included); ``from sluicegate import x`` imports ``sluicegate.x``."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            if node.module == "sluicegate":
+                names.extend(f"sluicegate.{alias.name}" for alias in node.names)
+            else:
+                names.append(node.module)
+    return names
 
-    Every import counts: module level, in functions and under ``TYPE_CHECKING``;
-    ``from sluicegate import x`` is an import of ``x``.
+
+def layer_violations(
+    root: Path,
+    layers: tuple[frozenset[str], ...],
+    own_part: Callable[[tuple[str, ...]], str | None],
+    target_part: Callable[[str], str | None],
+) -> list[str]:
+    """Imports from a part of ``root`` to a part on a higher level of ``layers``.
+
+    ``own_part`` names the part a file belongs to (from its path below ``root``; None:
+    not checked), ``target_part`` the part an imported module belongs to (None: not a
+    part). A part missing from ``layers`` is reported too.
     """
-    level = {name: i for i, names in enumerate(LAYERS) for name in names}
+    level = {name: i for i, names in enumerate(layers) for name in names}
     found = []
     for path in modules(root):
-        own = path.relative_to(root).parts[0].removesuffix(".py")
-        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
-            targets: list[str] = []
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                if node.module == "sluicegate":
-                    targets = [f"sluicegate.{alias.name}" for alias in node.names]
-                else:
-                    targets = [node.module]
-            for target in targets:
-                other = top_level(target)
-                if other is None or other == own:
-                    continue
-                if other not in level or own not in level:
-                    found.append(f"{path.relative_to(root)}: {target} (not in LAYERS)")
-                elif level[other] > level[own]:
-                    found.append(f"{path.relative_to(root)} imports {target}")
+        relative = path.relative_to(root)
+        own = own_part(relative.parts)
+        if own is None:
+            continue
+        for target in imported_modules(path):
+            other = target_part(target)
+            if other is None or other == own:
+                continue
+            if other not in level or own not in level:
+                found.append(f"{relative}: {target} (not in the layers)")
+            elif level[other] > level[own]:
+                found.append(f"{relative} imports {target}")
     return found
+
+
+def upward_imports(root: Path) -> list[str]:
+    """Imports from a top-level part of sluicegate to one on a higher level (``LAYERS``)."""
+    return layer_violations(root, LAYERS, lambda parts: parts[0].removesuffix(".py"), top_level)
 
 
 def design_tree_modules(text: str) -> set[str]:
@@ -223,27 +244,14 @@ def test_layer_check_catches_an_upward_import(tmp_path: Path) -> None:
 
 def gateway_upward_imports(gateway: Path) -> list[str]:
     """Imports from a gateway sub-package to a sibling on a higher level (``GATEWAY_LAYERS``)."""
-    level = {name: i for i, names in enumerate(GATEWAY_LAYERS) for name in names}
-    found = []
-    for path in modules(gateway):
-        parts = path.relative_to(gateway).parts
-        if len(parts) == 1:
-            continue
-        own = parts[0]
-        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
-            if not (isinstance(node, ast.ImportFrom) and node.module):
-                continue
-            target = node.module.split(".")
-            if target[:2] != ["sluicegate", "gateway"] or len(target) < 4:
-                continue
-            other = target[2]
-            if other == own:
-                continue
-            if other not in level or own not in level:
-                found.append(f"{path.relative_to(gateway)}: {node.module} (not in GATEWAY_LAYERS)")
-            elif level[other] > level[own]:
-                found.append(f"{path.relative_to(gateway)} imports {node.module}")
-    return found
+
+    def sub_package(target: str) -> str | None:
+        parts = target.split(".")
+        return parts[2] if parts[:2] == ["sluicegate", "gateway"] and len(parts) > 3 else None
+
+    return layer_violations(
+        gateway, GATEWAY_LAYERS, lambda parts: parts[0] if len(parts) > 1 else None, sub_package
+    )
 
 
 def test_gateway_sub_packages_import_downwards() -> None:
