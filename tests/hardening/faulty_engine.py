@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import orjson
 
@@ -142,10 +143,10 @@ class FaultyEngine:
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
         try:
-            request = await _read_request(reader)
+            request = await read_request(reader)
             if request is None:
                 return
-            method, path, body = request
+            method, path, _, body = request
             if method != "POST" or not path.startswith("/v1/"):
                 await _reply(writer, 200, b"{}", "application/json")
                 return
@@ -335,21 +336,33 @@ async def _reply(writer: asyncio.StreamWriter, status: int, body: bytes, content
     await writer.drain()
 
 
-async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, bytes] | None:
-    """(method, path, body) of one request, or None if the peer closed first."""
+class EngineRequest(NamedTuple):
+    """One request as a test engine reads it: its method, path, ``X-Request-Id`` (``-``
+    when absent) and body."""
+
+    method: str
+    path: str
+    request_id: bytes
+    body: bytes
+
+
+async def read_request(reader: asyncio.StreamReader) -> EngineRequest | None:
+    """The next request on a connection, or None if the peer closed first."""
     try:
         head = await reader.readuntil(b"\r\n\r\n")
     except asyncio.IncompleteReadError:
         return None
     lines = head.decode("latin-1").split("\r\n")
     method, path, _ = lines[0].split(" ", 2)
-    length = 0
+    length, request_id = 0, b"-"
     for line in lines[1:]:
         name, _, value = line.partition(":")
         if name.strip().lower() == "content-length":
             length = int(value)
+        elif name.strip().lower() == "x-request-id":
+            request_id = value.strip().encode("latin-1")
     body = await reader.readexactly(length) if length else b""
-    return method, path, body
+    return EngineRequest(method, path, request_id, body)
 
 
 @contextmanager

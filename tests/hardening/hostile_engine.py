@@ -26,6 +26,8 @@ from contextlib import contextmanager, suppress
 
 import orjson
 
+from tests.hardening.faulty_engine import read_request
+
 BLOCK = 64 * 1024
 
 
@@ -144,7 +146,7 @@ class HostileEngine:
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         try:
-            while (request := await _read_request(reader)) is not None:
+            while (request := await read_request(reader)) is not None:
                 method, path, request_id, body = request
                 if method != "POST" or not path.startswith("/v1/"):
                     status = b"200 OK" if path == "/health" else b"404 Not Found"
@@ -256,25 +258,6 @@ _FLOODS = {
         _chunks,
     ),
 }
-
-
-async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, bytes, bytes] | None:
-    """(method, path, X-Request-Id, body) of one request, or None if the peer closed first."""
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except asyncio.IncompleteReadError:
-        return None
-    lines = head.decode("latin-1").split("\r\n")
-    method, path, _ = lines[0].split(" ", 2)
-    length, request_id = 0, b"-"
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        if name.strip().lower() == "content-length":
-            length = int(value)
-        elif name.strip().lower() == "x-request-id":
-            request_id = value.strip().encode("latin-1")
-    body = await reader.readexactly(length) if length else b""
-    return method, path, request_id, body
 
 
 @contextmanager
