@@ -36,10 +36,6 @@ from tests.gateway.gateway_harness import (
 
 SRC = Path(sluicegate.__file__).parent
 
-NOT_YET: dict[str, str] = {}
-"""Exception classes allowed, for now, not to derive from the root, and why; each must
-still exist and still not derive from it (a fixed one must leave this list)."""
-
 SECOND_BASES: dict[str, type[BaseException]] = {
     "sluicegate.config.ConfigError": ValueError,
     "sluicegate.core.core_errors.UnknownModelError": KeyError,
@@ -90,9 +86,8 @@ def outside_the_root(package: ModuleType) -> set[str]:
 
 
 def test_every_exception_class_derives_from_the_root() -> None:
-    """Every exception class of sluicegate is a ``SluicegateError`` (but those in
-    ``NOT_YET``, each still outside it, so a fixed one fails here until it leaves)."""
-    assert outside_the_root(sluicegate) == set(NOT_YET)
+    """Every exception class of sluicegate is a ``SluicegateError``."""
+    assert outside_the_root(sluicegate) == set()
 
 
 def test_the_walk_sees_every_exception_class_in_the_source() -> None:
