@@ -239,13 +239,13 @@ class Serving:
             deadline_header=request.deadline_ms,
             body_priority=parsed.priority,
         )
-        units = 1 if self.endpoint == "embeddings" else parsed.n
+        server = state.config.server
+        if self.endpoint == "embeddings":
+            units, max_tokens = 1, 1
+        else:
+            units, max_tokens = parsed.n, parsed.max_tokens or server.default_max_tokens
         if units > 1:
             check_choices(model, units)
-        server = state.config.server
-        max_tokens = (
-            1 if self.endpoint == "embeddings" else (parsed.max_tokens or server.default_max_tokens)
-        )
         arrival = request.arrival
         return Ticket(
             id=TicketId(f"{_PREFIX}{next(_ids):024x}"),
