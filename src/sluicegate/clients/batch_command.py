@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -114,6 +114,18 @@ def _run(coroutine: Coroutine[Any, Any, T], key_env: str) -> T:
         raise typer.Exit(130) from None
 
 
+def _call(url: str, key_env: str, work: Callable[[BatchClient], Awaitable[T]]) -> T:
+    """Open a client of the gateway at ``url`` (its key from ``key_env``), run ``work`` with
+    it and close it, as ``_run`` runs a command's requests."""
+    client = _client(url, key_env)
+
+    async def run() -> T:
+        async with client:
+            return await work(client)
+
+    return _run(run(), key_env)
+
+
 def _finish(batch: dict[str, Any], downloaded: list[Any] | None) -> None:
     """Print how a watched batch ended (and the files written); exit 1 unless completed."""
     from sluicegate.clients.batch_watch import ending
@@ -159,26 +171,24 @@ def submit(
         chosen = endpoint or first_line_endpoint(file) or DEFAULT_ENDPOINT
     except (ValueError, OSError) as exc:
         raise _fail(str(exc)) from None
-    client = _client(url, api_key_env)
 
-    async def run() -> tuple[dict[str, Any], list[Any] | None]:
+    async def run(client: BatchClient) -> tuple[dict[str, Any], list[Any] | None]:
         from sluicegate.clients.batch_http import checked_id
         from sluicegate.clients.batch_watch import download_files, watch_batch
 
-        async with client:
-            uploaded = await client.upload(file)
-            answered = "the gateway answered a {} id"
-            file_id = checked_id("file", uploaded.get("id"), source=answered.format("file"))
-            err.print(f"uploaded {escape(file.name)} as {file_id} ({uploaded.get('bytes')} bytes)")
-            batch = await client.create(file_id, chosen, window, lane=lane, metadata=pairs)
-            batch_id = checked_id("batch", batch.get("id"), source=answered.format("batch"))
-            console.print(batch_id, highlight=False)
-            if not watch:
-                return batch, None
-            ended = await watch_batch(client, batch_id, interval, err)
-            return ended, await download_files(client, ended, output or Path("."), batch_id)
+        uploaded = await client.upload(file)
+        answered = "the gateway answered a {} id"
+        file_id = checked_id("file", uploaded.get("id"), source=answered.format("file"))
+        err.print(f"uploaded {escape(file.name)} as {file_id} ({uploaded.get('bytes')} bytes)")
+        batch = await client.create(file_id, chosen, window, lane=lane, metadata=pairs)
+        batch_id = checked_id("batch", batch.get("id"), source=answered.format("batch"))
+        console.print(batch_id, highlight=False)
+        if not watch:
+            return batch, None
+        ended = await watch_batch(client, batch_id, interval, err)
+        return ended, await download_files(client, ended, output or Path("."), batch_id)
 
-    batch, downloaded = _run(run(), api_key_env)
+    batch, downloaded = _call(url, api_key_env, run)
     if watch:
         _finish(batch, downloaded)
 
@@ -191,16 +201,12 @@ def watch_command(
     api_key_env: KeyEnv = "OPENAI_API_KEY",
 ) -> None:
     """Show a progress bar until the batch ends: exit 0 completed, 1 failed/expired/cancelled."""
+    from sluicegate.clients.batch_watch import watch_batch
+
     batch_id = _batch_id(batch_id)
-    client = _client(url, api_key_env)
-
-    async def run() -> dict[str, Any]:
-        from sluicegate.clients.batch_watch import watch_batch
-
-        async with client:
-            return await watch_batch(client, batch_id, interval, err)
-
-    _finish(_run(run(), api_key_env), None)
+    _finish(
+        _call(url, api_key_env, lambda client: watch_batch(client, batch_id, interval, err)), None
+    )
 
 
 @batch_app.command()
@@ -212,16 +218,14 @@ def download(
 ) -> None:
     """Write an ended batch's <id>_output.jsonl and <id>_errors.jsonl; print their lines."""
     batch_id = _batch_id(batch_id)
-    client = _client(url, api_key_env)
 
-    async def run() -> tuple[dict[str, Any], list[Any]]:
+    async def run(client: BatchClient) -> tuple[dict[str, Any], list[Any]]:
         from sluicegate.clients.batch_watch import download_files
 
-        async with client:
-            batch = await client.batch(batch_id)
-            return batch, await download_files(client, batch, output, batch_id)
+        batch = await client.batch(batch_id)
+        return batch, await download_files(client, batch, output, batch_id)
 
-    batch, downloaded = _run(run(), api_key_env)
+    batch, downloaded = _call(url, api_key_env, run)
     for one in downloaded:
         console.print(f"{one.kind}: {escape(str(one.path))} ({one.lines} lines)")
     if not downloaded:
@@ -235,13 +239,7 @@ def list_command(
     api_key_env: KeyEnv = "OPENAI_API_KEY",
 ) -> None:
     """The newest batches of the key's tenant, as a table."""
-    client = _client(url, api_key_env)
-
-    async def run() -> dict[str, Any]:
-        async with client:
-            return await client.batches(limit)
-
-    listing = _run(run(), api_key_env)
+    listing = _call(url, api_key_env, lambda client: client.batches(limit))
     table = Table("id", "status", "endpoint", "done", "failed", "total", "created (UTC)")
     for batch in listing.get("data") or []:
         counts = batch.get("request_counts") or {}
@@ -270,11 +268,5 @@ def cancel(
 ) -> None:
     """Ask the gateway to stop a batch: its unfinished lines become error lines."""
     batch_id = _batch_id(batch_id)
-    client = _client(url, api_key_env)
-
-    async def run() -> dict[str, Any]:
-        async with client:
-            return await client.cancel(batch_id)
-
-    batch = _run(run(), api_key_env)
+    batch = _call(url, api_key_env, lambda client: client.cancel(batch_id))
     console.print(f"batch {escape(str(batch.get('id')))}: {escape(str(batch.get('status')))}")
