@@ -35,7 +35,7 @@ import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
 import orjson
 
@@ -280,6 +280,8 @@ class BatchRunner:
                 self._record(claim, request_id, error.status, body, ok=False)
             case Left() | Streamed():
                 pass  # nothing was answered (and a line never streams)
+            case _:
+                assert_never(served)
 
     def _record(
         self, claim: Claim, request_id: str, status: int, answer: bytes, *, ok: bool
