@@ -111,20 +111,14 @@ class FairQueue:
         self._live += 1
         self._queued_work += entry.service_s
 
-    def _gps(self, sub: HeapQueue | None, weight: float, own: float, service_s: float) -> float:
-        """``own`` plus the other tenants' GPS share while ``own + service_s`` is served."""
+    def _others(self, sub: HeapQueue | None, weight: float) -> tuple[float, float]:
+        """The queued work and summed weight of the backlogged tenants other than ``sub``'s."""
         others = self._queued_work
         others_weight = self._backlog_weight
         if sub is not None and len(sub):
             others -= sub.total_work
             others_weight -= weight
-        # Weighted GPS on the aggregate of the others: min(W, x·w) for x = (A + S) ÷ w_t.
-        # Exact with one other tenant; with more, an upper bound of Σ min(W_u, x·w_u)
-        # (a tenant with little work left stops taking its share sooner).
-        share = (own + service_s) / weight * others_weight
-        if others < share:
-            share = others
-        return own + share if share > 0.0 else own
+        return others, others_weight
 
     def _left(self, entry: Entry, sub: HeapQueue) -> None:
         """``entry`` left ``sub`` (popped or removed): the lane's totals follow."""
@@ -192,8 +186,37 @@ class FairQueue:
         """
         tenant = entry.ticket.tenant
         sub = self._subs.get(tenant)
+        weight = self._weights.get(tenant, 1.0)
         own = 0.0 if sub is None else sub.work_ahead(entry)
-        return self._gps(sub, self._weights.get(tenant, 1.0), own, entry.service_s)
+        others, others_weight = self._others(sub, weight)
+        return gps_ahead(own, entry.service_s, weight, others, others_weight)
+
+    def work_ahead_with(self, entry: Entry, remote: Mapping[str, float]) -> float:
+        """``work_ahead`` with other replicas' queued work per tenant (``remote``, distributed
+        mode) joined to this queue's: the ticket's tenant's counts as ahead of it whole (as
+        its own does under ``fifo``), the other tenants' joins their GPS share, and a
+        tenant backlogged only elsewhere joins their weight."""
+        tenant = entry.ticket.tenant
+        sub = self._subs.get(tenant)
+        weight = self._weights.get(tenant, 1.0)
+        own = (0.0 if sub is None else sub.work_ahead(entry)) + remote.get(tenant, 0.0)
+        others, others_weight = self._others(sub, weight)
+        for name, work in remote.items():
+            if name != tenant and work > 0.0:
+                others += work
+                held = self._subs.get(name)
+                if held is None or not len(held):
+                    others_weight += self._weights.get(name, 1.0)
+        return gps_ahead(own, entry.service_s, weight, others, others_weight)
+
+    @property
+    def total_work(self) -> float:
+        """Predicted service of every queued entry (0 unless tracking work)."""
+        return self._queued_work if self._live else 0.0
+
+    def tenant_work(self) -> tuple[tuple[str, float], ...]:
+        """Each backlogged tenant's queued work (tracking work only: else 0 each)."""
+        return tuple((tenant, sub.total_work) for tenant, sub in self._subs.items() if len(sub))
 
     def _charge(self, tenant: str, tokens: float) -> None:
         self._counters[tenant] = self._counters.get(tenant, 0.0) + tokens / self._weights.get(
@@ -227,3 +250,19 @@ class FairQueue:
 
     def __len__(self) -> int:
         return self._live
+
+
+def gps_ahead(
+    own: float, service_s: float, weight: float, others: float, others_weight: float
+) -> float:
+    """``own`` plus the other tenants' GPS share while ``own + service_s`` is served.
+
+    Weighted GPS on the aggregate of the others (queued work ``others``, summed weight
+    ``others_weight``): min(W, x·w) for x = (A + S) ÷ w_t. Exact with one other tenant;
+    with more, an upper bound of Σ min(W_u, x·w_u) (a tenant with little work left
+    stops taking its share sooner).
+    """
+    share = (own + service_s) / weight * others_weight
+    if others < share:
+        share = others
+    return own + share if share > 0.0 else own

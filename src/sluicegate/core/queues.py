@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from sluicegate.core.entry import Entry
-from sluicegate.core.work_ahead import Item, RunningWork, SortedWork
+from sluicegate.core.work_ahead import Item, Mark, RunningWork, SortedWork
 
 KeyFn = Callable[[Entry], tuple[float, ...]]
 
@@ -224,6 +224,17 @@ class HeapQueue:
     def total_work(self) -> float:
         """Predicted service of every queued entry (0 unless tracking work)."""
         return self._items.total
+
+    def work_marks(self, count: int) -> tuple[Mark, ...]:
+        """Queued entries spread evenly by work (``SortedWork.spread``, at most ``count + 1``)
+        as their keys, the work before each and that plus their own: the summary of this
+        queue distributed mode publishes (empty unless tracking work)."""
+        marks: list[Mark] = []
+        for item, before, after in self._items.spread(count):
+            entry = item[-1]
+            assert isinstance(entry, Entry)
+            marks.append((self._key(entry), before, after))
+        return tuple(marks)
 
     def __len__(self) -> int:
         return self._items.size if self._track else self._live

@@ -21,6 +21,7 @@ from sluicegate.core.routing import Router, make_router
 from sluicegate.core.spec import KV_WATERMARK, LaneSpec, ModelSpec
 from sluicegate.core.tenant_share import TenantSlots
 from sluicegate.core.ticket import MAX_PRIORITY, BackendStats, Feedback, TicketId, Usage
+from sluicegate.core.work_ahead import RemoteWork
 
 
 class LaneRuntime:
@@ -35,6 +36,8 @@ class LaneRuntime:
         order: the lane ordering's key of an entry (what distributed mode sends the store).
         shares: running units per tenant, for the tenants' shares of the lane's slots
             (lanes with ``vtc`` fairness only; ``None`` otherwise).
+        remote: distributed mode: the other replicas' work in the lane, for its start
+            estimate (``core/estimate.py``; ``None``: none known).
     """
 
     __slots__ = (
@@ -46,6 +49,7 @@ class LaneRuntime:
         "own",
         "pending_preempts",
         "queue",
+        "remote",
         "shares",
         "spec",
     )
@@ -64,6 +68,7 @@ class LaneRuntime:
         self.own = 0
         self.borrowed = 0
         self.pending_preempts = 0
+        self.remote: RemoteWork | None = None
 
     @property
     def running(self) -> int:

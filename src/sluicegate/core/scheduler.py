@@ -35,11 +35,13 @@ end does to its backend and teaches the model, are ``ModelRuntime``'s
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 
 from sluicegate.core.admission import admit_granted, admit_waiting
 from sluicegate.core.core_errors import UnknownModelError
 from sluicegate.core.decisions import Decision, ErrorCode, Expire, Queued
 from sluicegate.core.entry import Entry, State
+from sluicegate.core.estimate import set_remote
 from sluicegate.core.intake import arrive, expire, offer, refuse_bounced
 from sluicegate.core.preemption import preempt_for_blocked
 from sluicegate.core.pressure import lane_ceilings
@@ -47,6 +49,7 @@ from sluicegate.core.ratelimit import TenantRateLimiter
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
 from sluicegate.core.scheduler_state import SchedulerState
 from sluicegate.core.ticket import BackendStats, Ticket, TicketId, Usage
+from sluicegate.core.work_ahead import RemoteWork
 
 
 class Scheduler(SchedulerState):
@@ -257,6 +260,8 @@ class Scheduler(SchedulerState):
         """
         self._shared = False
         self._offers.clear()
+        for runtime in self._models.values():
+            set_remote(runtime, {})
         out: list[Decision] = []
         if fail_open:
             if rate_limiter is not None:
@@ -271,6 +276,13 @@ class Scheduler(SchedulerState):
             self._end(entry, 0, now)
             out.append(Expire(entry.ticket, 1.0, ErrorCode.STORE_UNAVAILABLE))
         return out
+
+    def set_remote_work(self, model: str, remote: Mapping[str, RemoteWork]) -> None:
+        """Distributed mode: the other live replicas' work in ``model``'s shedding lanes, by
+        lane (a lane not named has none), which start estimates add to this replica's
+        (DESIGN §16). Ignored unless the store admits; ``lose_store`` clears it."""
+        if self._shared:
+            set_remote(self._model(model), remote)
 
     def set_pressure(self, stage: int, now: float, *, retry_s: float = 5.0) -> list[Decision]:
         """Tighten the last ``stage`` tightenable lanes of every model to their pressure

@@ -14,11 +14,13 @@ from collections.abc import Mapping
 
 from sluicegate.core.core_errors import UnknownModelError
 from sluicegate.core.entry import Entry, State
+from sluicegate.core.estimate import lane_work
 from sluicegate.core.ratelimit import TenantRateLimiter
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
 from sluicegate.core.spec import SchedulerSpec
 from sluicegate.core.ticket import Ticket, TicketId
 from sluicegate.core.views import LaneView, ModelView, view_model
+from sluicegate.core.work_ahead import LaneWork
 
 
 class SchedulerState:
@@ -102,6 +104,13 @@ class SchedulerState:
     def counter(self, model: str, lane: str, tenant: str) -> float | None:
         """The tenant's fair-share counter in a lane with ``vtc`` fairness, else ``None``."""
         return self._model(model).lanes[lane].queue.counter(tenant)
+
+    def work_summary(self, model: str, now: float) -> dict[str, LaneWork]:
+        """The work in ``model``'s shedding lanes at ``now`` (running and queued, with where
+        the queued stands in each lane's order): what distributed mode publishes for the
+        other replicas' start estimates (DESIGN §16)."""
+        lanes = self._model(model).lane_order
+        return {lane.spec.name: lane_work(lane, now) for lane in lanes if lane.spec.shed_hopeless}
 
     def _model(self, name: str) -> ModelRuntime:
         try:

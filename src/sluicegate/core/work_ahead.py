@@ -12,6 +12,10 @@ structures keep those sums cheap enough for every submit:
 * ``RunningWork``: the remaining predicted work ``max(0, service_s − (now −
   admitted_at))`` summed over a lane's running tickets, from a heap of predicted
   end times retired as ``now`` passes them.
+
+In distributed mode the other replicas' lanes hold work too: each publishes a
+``LaneWork`` per lane through the store (DESIGN §16), and ``RemoteWork`` sums the
+others' and tells how much of their queued work a ticket's policy runs before it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from sluicegate.core.entry import Entry
 
@@ -27,6 +33,12 @@ Item = tuple[float | int | Entry, ...]
 
 MAX_BLOCK = 128
 """A block holding more items is split in two."""
+MARKS = 32
+"""How many steps of work a published queue summary marks (``SortedWork.spread``)."""
+
+Mark = tuple[tuple[float, ...], float, float]
+"""A queued item of a published summary: its order key, the work queued before it, and
+that plus its own work."""
 
 
 class SortedWork:
@@ -148,6 +160,31 @@ class SortedWork:
                 return
         raise KeyError("item is not queued")
 
+    def spread(self, count: int) -> list[tuple[Item, float, float]]:
+        """Items spread evenly by work, each with the work before it and that plus its own:
+        the first, the first item starting at or past each multiple ``j × total / count``
+        (0 < j < ``count``) above the last one taken, and the last: at most ``count + 1``
+        items (all of them when there are fewer). O(blocks + ``count × MAX_BLOCK``)."""
+        out: list[tuple[Item, float, float]] = []
+        step = self.total / count
+        target = before = 0.0
+        blocks, works = self.blocks, self._works
+        last = len(blocks) - 1
+        for i, block_sum in enumerate(self._sums):
+            if i < last and before + block_sum < target:
+                before += block_sum  # no item of this block starts at the next target
+                continue
+            block = blocks[i]
+            end = len(block) - 1 if i == last else -1
+            for j, work in enumerate(works[i]):
+                if before >= target or j == end:
+                    out.append((block[j], before, before + work))
+                    # The next multiple of the step above ``before``, if below the total.
+                    nth = math.floor(before / step) + 1 if step > 0.0 else count
+                    target = nth * step if nth < count else math.inf
+                before += work
+        return out
+
     def work_before(self, item: Item) -> float:
         """The work of the items smaller than ``item`` (held or not)."""
         maxes = self._maxes
@@ -221,3 +258,69 @@ class RunningWork:
 def start_estimate_s(running_s: float, ahead_s: float, slots: int) -> float:
     """The estimated wait of a ticket: the running and queued work ahead of it over ``slots``."""
     return max(0.0, (running_s + ahead_s) / max(1, slots))
+
+
+@dataclass(frozen=True, slots=True)
+class LaneWork:
+    """One replica's work in one lane, as it publishes it to the others (distributed mode).
+
+    Attributes:
+        running: units its lane runs (own and borrowed).
+        running_s: remaining predicted work of its running tickets (``RunningWork``).
+        waiting: tickets in its lane's queue.
+        waiting_s: predicted service of those tickets.
+        marks: a lane without fairness: items of its queue in the policy's order, evenly
+            spread by work (``SortedWork.spread``), with the work before each.
+        tenants: a ``vtc`` lane: each backlogged tenant's queued work.
+    """
+
+    running: int
+    running_s: float
+    waiting: int
+    waiting_s: float
+    marks: tuple[Mark, ...] = ()
+    tenants: tuple[tuple[str, float], ...] = ()
+
+
+def marked_before(
+    marks: Sequence[Mark], keys: Sequence[tuple[float, ...]], key: tuple[float, ...]
+) -> float:
+    """The work of the items with an order key smaller than ``key`` in a queue summarised by
+    ``marks`` (``keys``: their keys): exact outside the marks and between two adjacent
+    items; between two marks further apart, the middle of what they allow."""
+    i = bisect_left(keys, key)
+    if i == 0:
+        return 0.0
+    if i == len(keys):
+        return marks[-1][2]
+    return 0.5 * (marks[i - 1][2] + marks[i][1])
+
+
+class RemoteWork:
+    """The other live replicas' work in one lane, summed (their ``LaneWork``s).
+
+    ``running``, ``running_s``, ``waiting`` and ``waiting_s`` are the sums; ``tenants``
+    sums a ``vtc`` lane's queued work per tenant; ``ahead`` places an order key among
+    the others' waiters of a lane without fairness.
+    """
+
+    __slots__ = ("_marks", "running", "running_s", "tenants", "waiting", "waiting_s")
+
+    def __init__(self, works: Sequence[LaneWork]) -> None:
+        self.running = sum(work.running for work in works)
+        self.running_s = math.fsum(work.running_s for work in works)
+        self.waiting = sum(work.waiting for work in works)
+        self.waiting_s = math.fsum(work.waiting_s for work in works)
+        tenants: dict[str, float] = {}
+        for work in works:
+            for tenant, seconds in work.tenants:
+                tenants[tenant] = tenants.get(tenant, 0.0) + seconds
+        self.tenants = tenants
+        self._marks = [
+            (work.marks, [mark[0] for mark in work.marks]) for work in works if work.marks
+        ]
+
+    def ahead(self, key: tuple[float, ...]) -> float:
+        """Predicted work of the others' waiters whose order key is smaller than ``key``
+        (``marked_before`` per replica, summed)."""
+        return sum((marked_before(marks, keys, key) for marks, keys in self._marks), 0.0)
