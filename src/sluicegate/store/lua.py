@@ -38,6 +38,7 @@ _PRELUDES = {
     "resync": "common",
     "counts": "common",
     "live": "common",
+    "work": "common",
     "take": "bucket",
     "refund": "bucket",
 }

@@ -22,6 +22,7 @@ key (after the tag)           type    holds
                                       before its charge)
 ``grants:<replica>``          LIST    the replica's tickets granted by other replicas'
                                       syncs (expires 3 lease TTLs after the last push)
+``work:<replica>``            HASH    lane → the replica's work summary (``work_summary``)
 ============================  ======  ===================================================
 
 Waiting-set members all score 0 and read ``<order>|<replica>|<ticket>``, the
@@ -66,7 +67,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
@@ -286,6 +287,11 @@ class RedisStore:
         self, script: str, models: Sequence[str], args: list[str | int | float]
     ) -> list[Call]:
         return [(self._scripts[script], [model_base(self._prefix, m)], args) for m in models]
+
+    async def run_each(self, script: str, args: Mapping[str, list[str | int | float]]) -> list[Any]:
+        """Run ``script`` once per model of ``args``, with its arguments, in one round trip."""
+        calls = [(self._scripts[script], [model_base(self._prefix, m)], a) for m, a in args.items()]
+        return await self._run(calls) if calls else []
 
     async def heartbeat(self, models: Sequence[str]) -> int:
         """Refresh liveness in ``models``, reap replicas dead for over one TTL; live replicas.
