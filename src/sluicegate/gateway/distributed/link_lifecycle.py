@@ -6,8 +6,8 @@ adds what the driver calls; this half owns the connection: a failure moves the
 link to its fallback once (logged and counted), a probe opens a new session when
 the store answers again, the session writes this replica's running tickets back
 and waits for the other replicas to rejoin, and while in global mode a heartbeat
-keeps the replica alive and fills, and a listener admits grants pushed by other
-replicas' syncs.
+keeps the replica alive and fills, a listener admits grants pushed by other
+replicas' syncs, and work sharing exchanges work summaries for the start estimate.
 """
 
 from __future__ import annotations
@@ -78,6 +78,10 @@ class LinkLifecycle(ABC):
     @abstractmethod
     def _release_offers(self) -> None:
         """Send what was held back while rejoining."""
+
+    @abstractmethod
+    def _work_sharing(self) -> Coroutine[Any, Any, None] | None:
+        """The session's work-sharing task (``None``: no lane sheds)."""
 
     def _fallback_mode(self) -> LinkMode:
         if self.settings.on_store_failure == "fail_open":
@@ -156,6 +160,9 @@ class LinkLifecycle(ABC):
             self.metrics.transitions.labels(LinkMode.GLOBAL.value).inc()
         self._spawn(self._heartbeat())
         self._spawn(self._listen())
+        sharing = self._work_sharing()
+        if sharing is not None:
+            self._spawn(sharing)
         self._release_offers()
 
     async def _rejoin(self) -> None:

@@ -22,6 +22,9 @@ MAX_OPS_PER_SYNC = 256
 """Most operations one sync round trip carries (about 10 ms of Lua at the worst)."""
 GRANT_BLOCK_S = 1.0
 """How long one blocking pop of the grant lists waits."""
+WORK_PERIOD_S = 0.1
+"""How often a replica with shedding lanes publishes its work summary and reads the
+others' (``gateway/distributed/work_sharing.py``)."""
 
 
 class LinkMode(enum.Enum):
@@ -45,6 +48,10 @@ class StoreClient(Protocol):
 
     def store_restored(self) -> None:
         """The store is back: offer every queued ticket again."""
+        ...
+
+    def now(self) -> float:
+        """The driver's clock (the scheduler's ``now``)."""
         ...
 
 

@@ -26,8 +26,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sluicegate.config import DistributedSpec
 from sluicegate.core.decisions import Reserve
@@ -43,6 +44,7 @@ from sluicegate.gateway.distributed.link_modes import (
     StoreClient,
     tenant_rates,
 )
+from sluicegate.gateway.distributed.work_sharing import share_work
 from sluicegate.store.redis_store import RedisStore
 from sluicegate.store.store_errors import StoreUnavailableError
 from sluicegate.store.types import (
@@ -107,6 +109,11 @@ class StoreLink(LinkLifecycle):
             )
             for model in scheduler.spec.models
         }
+        self._shedding = [
+            model.name
+            for model in scheduler.spec.models
+            if any(lane.shed_hopeless for lane in model.lanes)
+        ]
         self._client: StoreClient | None = None
         self._held: dict[TicketId, _Held] = {}
         self._outbox: dict[str, list[Offer | Drop | Refund]] = {}
@@ -323,6 +330,15 @@ class StoreLink(LinkLifecycle):
     def _release_offers(self) -> None:
         if self._outbox and self._flushing is None and not self._resyncing:
             self._flushing = self._spawn(self._flush())
+
+    def _work_sharing(self) -> Coroutine[Any, Any, None] | None:
+        client = self._client
+        if not self._shedding or client is None:
+            return None
+        ttl_ms = max(1, round(self.settings.lease_ttl_s * 1000.0))
+        replica = self.replica
+        args = (self.store, self._scheduler, client.now, self._shedding)
+        return share_work(*args, replica=replica, ttl_ms=ttl_ms, observe=self._observe)
 
     def _weight(self, ticket: Ticket) -> float:
         spec = self._tenants.get(ticket.tenant)
