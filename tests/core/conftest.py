@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from sluicegate.core.decisions import Admit, Decision
+from sluicegate.core.entry import Entry
 from sluicegate.core.spec import BackendSpec, LaneSpec, ModelSpec, SchedulerSpec, TenantSpec
 from sluicegate.core.ticket import Ticket, TicketId
 
@@ -87,6 +88,31 @@ def build_ticket(
         true_output_tokens=true_output,
         streaming=streaming,
         units=units,
+    )
+
+
+def build_entry(
+    seq: int, service_s: float, *, tenant: str = "t", deadline: float = 100.0, priority: int = 2
+) -> Entry:
+    """A queue entry of ticket ``e<seq>`` (arrival ``seq``) predicted to take ``service_s``,
+    for driving the queues directly."""
+    ticket = build_ticket(
+        f"e{seq}",
+        tenant=tenant,
+        priority=priority,
+        prompt_tokens=10,
+        max_tokens=10,
+        arrival=float(seq),
+    )
+    return Entry(
+        ticket=ticket,
+        seq=seq,
+        deadline=deadline,
+        predicted_output_tokens=10,
+        prefill_s=0.0,
+        decode_s_per_token=service_s / 10,
+        service_s=service_s,
+        cost_tokens=20,
     )
 
 

@@ -11,15 +11,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluicegate.core.decisions import ErrorCode, Expire, Queued, Reject
-from sluicegate.core.entry import Entry
 from sluicegate.core.fair_queue import FairQueue
 from sluicegate.core.policies import ORDERINGS, make_queue
 from sluicegate.core.queues import HeapQueue
 from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.spec import TenantSpec
-from sluicegate.core.ticket import Ticket, TicketId
-from sluicegate.core.work_ahead import MARKS, LaneWork, RemoteWork, SortedWork, marked_before
-from tests.core.conftest import LANE, LaneFactory, SpecFactory, TicketFactory
+from sluicegate.core.ticket import TicketId
+from sluicegate.core.work_ahead import (
+    MARKS,
+    TENANT_MARKS,
+    LaneWork,
+    RemoteWork,
+    SortedWork,
+    marked_before,
+)
+from tests.core.conftest import LANE, LaneFactory, SpecFactory, TicketFactory, build_entry
 
 SERVICE_S = 100 / 8000 + 40 / 40
 """A test ticket's predicted service (100 prompt tokens, 40 predicted, the priors)."""
@@ -27,6 +33,13 @@ SERVICE_S = 100 / 8000 + 40 / 40
 
 def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6)
+
+
+def _head(item: tuple[object, ...]) -> tuple[float, ...]:
+    """An item's order key alone (``(key, seq)`` items)."""
+    head = item[0]
+    assert isinstance(head, int)
+    return (float(head),)
 
 
 @settings(max_examples=200, deadline=None)
@@ -50,11 +63,11 @@ def test_spread_marks_bound_the_work_before_any_key(
     assert spread[0][0] == ordered[0][0]
     assert spread[-1][0] == ordered[-1][0]
     assert [item for item, _, _ in spread] == sorted(item for item, _, _ in spread)
-    works = dict(ordered)
+    works: dict[object, float] = dict(ordered)
     for item, before, after in spread:
         assert _close(before, math.fsum(w for i, w in ordered if i < item))
         assert _close(after, before + works[item])
-    marks = [((float(item[0]),), before, after) for item, before, after in spread]
+    marks = [(_head(item), before, after) for item, before, after in spread]
     keys = [mark[0] for mark in marks]
     slack = (sw.total / count + max(works.values())) / 2
     for probe in range(-1, 42):
@@ -63,29 +76,6 @@ def test_spread_marks_bound_the_work_before_any_key(
         assert abs(estimate - truth) <= slack + 1e-6
         if probe <= ordered[0][0][0] or probe > ordered[-1][0][0]:
             assert _close(estimate, truth)
-
-
-def _entry(seq: int, service_s: float, *, tenant: str, deadline: float, priority: int) -> Entry:
-    ticket = Ticket(
-        id=TicketId(f"e{seq}"),
-        model="m",
-        tenant=tenant,
-        lane="main",
-        priority=priority,
-        prompt_tokens=10,
-        max_tokens=10,
-        arrival=float(seq),
-    )
-    return Entry(
-        ticket=ticket,
-        seq=seq,
-        deadline=deadline,
-        predicted_output_tokens=10,
-        prefill_s=0.0,
-        decode_s_per_token=service_s / 10,
-        service_s=service_s,
-        cost_tokens=20,
-    )
 
 
 _waiters = st.lists(
@@ -116,10 +106,10 @@ def test_remote_ahead_matches_one_queue_holding_every_replicas_waiters(
     entries = []
     for seq, (replica, tenant, service, due, priority) in enumerate(waiters, start=1):
         for queue in (queues[replica], queues[3]):
-            entry = _entry(seq, service, tenant=tenant, deadline=due, priority=priority)
+            entry = build_entry(seq, service, tenant=tenant, deadline=due, priority=priority)
             queue.push(entry)
         entries.append((replica, entry))
-    probe = _entry(len(waiters) + 1, 3.0, tenant="a", deadline=deadline, priority=1)
+    probe = build_entry(len(waiters) + 1, 3.0, tenant="a", deadline=deadline, priority=1)
     works = [LaneWork(0, 0.0, len(q), q.total_work, marks=q.work_marks(MARKS)) for q in queues[1:3]]
     estimate = queues[0].work_ahead(probe) + RemoteWork(works).ahead(key(probe))
     truth = queues[3].work_ahead(probe)
@@ -137,29 +127,52 @@ def test_remote_ahead_matches_one_queue_holding_every_replicas_waiters(
 
 
 @settings(max_examples=150, deadline=None)
-@given(_waiters, st.sampled_from("abcd"))
+@given(st.sampled_from(("fifo", "slack")), _waiters, st.sampled_from("abcd"), st.booleans())
 def test_fair_remote_work_is_gps_over_every_replicas_tenants(
-    waiters: list[tuple[int, str, float, float, int]], tenant: str
+    ordering: str,
+    waiters: list[tuple[int, str, float, float, int]],
+    tenant: str,
+    remote_first: bool,
 ) -> None:
-    """``vtc`` with ``fifo`` within tenants, the other replicas' waiters arrived first:
-    ``work_ahead_with`` their per-tenant work equals the ``work_ahead`` of one queue
-    holding every replica's waiters (a tenant backlogged only elsewhere joins the
-    weight; tenant ``d`` has no weight set)."""
+    """``vtc``: ``work_ahead_with`` the other replicas' per-tenant work (the ticket's own
+    tenant's placed by its marks) is the ``work_ahead`` of one queue holding every
+    replica's waiters, to within half a mark step plus the largest of the tenant's waiters
+    there (and ties); exact under ``fifo`` within tenants when the others' waiters came
+    first. A tenant backlogged only elsewhere joins the weight (``d`` has none set)."""
     weights = {"a": 1.0, "b": 2.0, "c": 0.5}
-    here = make_queue("fifo", "vtc", aging=1.0, weights=weights)
-    others = make_queue("fifo", "vtc", aging=1.0, weights=weights)
-    everything = make_queue("fifo", "vtc", aging=1.0, weights=weights)
-    ordered = sorted(waiters, key=lambda waiter: waiter[0] == 0)  # remote ones first
-    for queue in (here, others, everything):
+    queues = [make_queue(ordering, "vtc", aging=1.0, weights=weights) for _ in range(3)]
+    here, others, everything = queues
+    ordered = sorted(waiters, key=lambda waiter: waiter[0] == 0) if remote_first else waiters
+    for queue in queues:
         queue.track_work()
     for seq, (replica, name, service, due, priority) in enumerate(ordered, start=1):
         for queue in (here if replica == 0 else others, everything):
-            queue.push(_entry(seq, service, tenant=name, deadline=due, priority=priority))
+            queue.push(build_entry(seq, service, tenant=name, deadline=due, priority=priority))
     assert isinstance(here, FairQueue)
     assert isinstance(others, FairQueue)
-    probe = _entry(len(ordered) + 1, 3.0, tenant=tenant, deadline=50.0, priority=1)
-    remote = RemoteWork([LaneWork(0, 0.0, len(others), 0.0, tenants=others.tenant_work())])
-    assert _close(here.work_ahead_with(probe, remote.tenants), everything.work_ahead(probe))
+    probe = build_entry(len(ordered) + 1, 3.0, tenant=tenant, deadline=50.0, priority=1)
+    tenants = others.tenant_work(TENANT_MARKS)
+    remote = RemoteWork([LaneWork(0, 0.0, len(others), 0.0, tenants=tenants)])
+    key = ORDERINGS.get(ordering)(1.0).key
+    own = remote.ahead(key(probe), tenant)
+    estimate = here.work_ahead_with(probe, own, remote.tenants)
+    truth = everything.work_ahead(probe)
+    if ordering == "fifo" and remote_first:
+        assert _close(estimate, truth)
+        return
+    mine = [
+        build_entry(1, service, tenant=name, deadline=due, priority=priority)
+        for replica, name, service, due, priority in ordered
+        if replica != 0 and name == tenant
+    ]
+    slack = 0.0
+    if mine:
+        slack += math.fsum(e.service_s for e in mine) / TENANT_MARKS / 2
+        slack += max(e.service_s for e in mine) / 2
+        slack += math.fsum(e.service_s for e in mine if key(e) == key(probe))
+    # The own tenant's error moves the GPS share of the others too: by at most w/w_t of it.
+    factor = 1 + (sum(weights.values()) + 1.0) / min(weights.values())
+    assert abs(estimate - truth) <= slack * factor + 1e-6
 
 
 def _shared(make_spec: SpecFactory, make_lane: LaneFactory, **lane: object) -> Scheduler:
@@ -220,7 +233,8 @@ def test_slack_puts_a_tight_ticket_before_the_others_loose_waiters(
     sched = _shared(make_spec, make_lane, policy="slack")
     sched.set_remote_work("m", {LANE: _fifo_burst(20, at=100.0)})
     tight = sched.submit(make_ticket("tight", predicted=40, deadline=10.0), 0.0)[0]
-    assert tight == Queued(tight.ticket, pytest.approx(3.0 / 2))
+    assert isinstance(tight, Queued)
+    assert tight.estimated_wait_s == pytest.approx(3.0 / 2)
     loose = sched.submit(make_ticket("loose", predicted=40, deadline=201.0), 0.0)[0]
     assert isinstance(loose, Queued)
     assert loose.estimated_wait_s == pytest.approx((3.0 + SERVICE_S + 20 * SERVICE_S) / 2)
@@ -231,13 +245,20 @@ def test_fair_lane_adds_the_other_replicas_tenants(
 ) -> None:
     """``fair``: tenant t's ticket, with u (weight 3) backlogged only on another replica
     with 6 tickets: it waits for their running work plus u's share while t gets S:
-    min(6·S, 3·S) = 3·S, over 2 slots."""
+    min(6·S, 3·S) = 3·S, over 2 slots. t's own 2 tickets there, due at 100 s, are behind
+    a tight ticket of t (``slack`` within t) and ahead of a loose one, whose GPS share
+    of u grows with them: min(6·S, 3·3·S)."""
     sched = _shared(make_spec, make_lane, policy="fair")
-    works = [LaneWork(2, 3.0, 6, 6 * SERVICE_S, tenants=(("u", 6 * SERVICE_S),))]
+    own = tuple(((100.0,), i * SERVICE_S, (i + 1) * SERVICE_S) for i in range(2))
+    tenants = (("u", 6 * SERVICE_S, ()), ("t", 2 * SERVICE_S, own))
+    works = [LaneWork(2, 3.0, 8, 8 * SERVICE_S, tenants=tenants)]
     sched.set_remote_work("m", {LANE: RemoteWork(works)})
-    queued = sched.submit(make_ticket("a", tenant="t", predicted=40), 0.0)[0]
-    assert isinstance(queued, Queued)
-    assert queued.estimated_wait_s == pytest.approx((3.0 + 3 * SERVICE_S) / 2)
+    tight = sched.submit(make_ticket("a", tenant="t", predicted=40, deadline=10.0), 0.0)[0]
+    assert isinstance(tight, Queued)
+    assert tight.estimated_wait_s == pytest.approx((3.0 + 3 * SERVICE_S) / 2)
+    loose = sched.submit(make_ticket("b", tenant="t", predicted=40, deadline=200.0), 0.0)[0]
+    assert isinstance(loose, Queued)
+    assert loose.estimated_wait_s == pytest.approx((3.0 + 3 * SERVICE_S + 6 * SERVICE_S) / 2)
 
 
 def test_the_latest_start_retry_hint_counts_the_other_replicas(
@@ -286,4 +307,11 @@ def test_work_summary_is_what_another_replica_needs(
     assert summary.marks[-1][2] == pytest.approx(3 * SERVICE_S)
     fair = _shared(make_spec, make_lane, policy="fair")
     fair.submit(make_ticket("x", tenant="u", predicted=40), 0.0)
-    assert fair.work_summary("m", 0.0)[LANE].tenants == (("u", pytest.approx(SERVICE_S)),)
+    ((tenant, seconds, marks),) = fair.work_summary("m", 0.0)[LANE].tenants
+    assert tenant == "u"
+    assert seconds == pytest.approx(SERVICE_S)
+    # slack within the tenant: keyed by the latest start (the lane's 3600 s SLO).
+    ((key, before, after),) = marks
+    assert key == pytest.approx((3600.0 - SERVICE_S, 2))
+    assert before == 0.0
+    assert after == pytest.approx(SERVICE_S)

@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 
 from sluicegate.core.entry import Entry, State
 from sluicegate.core.policies import make_queue
-from sluicegate.core.ticket import Ticket, TicketId
 from sluicegate.core.work_ahead import (
     MAX_BLOCK,
     RunningWork,
     SortedWork,
     start_estimate_s,
 )
+from tests.core.conftest import build_entry
 
 
 def close(a: float, b: float) -> bool:
@@ -97,29 +97,6 @@ def test_sorted_work_refuses_what_it_does_not_hold() -> None:
         sw.pop_first()
 
 
-def _entry(seq: int, service_s: float, *, tenant: str = "t", deadline: float = 100.0) -> Entry:
-    ticket = Ticket(
-        id=TicketId(f"e{seq}"),
-        model="m",
-        tenant=tenant,
-        lane="main",
-        priority=2,
-        prompt_tokens=10,
-        max_tokens=10,
-        arrival=float(seq),
-    )
-    return Entry(
-        ticket=ticket,
-        seq=seq,
-        deadline=deadline,
-        predicted_output_tokens=10,
-        prefill_s=0.0,
-        decode_s_per_token=service_s / 10,
-        service_s=service_s,
-        cost_tokens=20,
-    )
-
-
 @settings(max_examples=150, deadline=None)
 @given(
     st.lists(
@@ -143,7 +120,7 @@ def test_running_work_is_the_clamped_remaining_sum(
     for op, dt, service, pick in ops:
         now += dt
         if op == "admit" and pick not in running:
-            entry = _entry(pick, service)
+            entry = build_entry(pick, service)
             rw.add(entry)
             entry.admitted_at = now  # set after the queue hears of it, as occupy does
             running[pick] = entry
@@ -175,7 +152,7 @@ def test_queue_work_ahead_follows_the_policy(
     queue = make_queue(ordering, fairness, aging=1.0, weights=weights)
     queue.track_work()
     entries = [
-        _entry(i + 1, service, tenant=tenant, deadline=deadline)
+        build_entry(i + 1, service, tenant=tenant, deadline=deadline)
         for i, (tenant, service, deadline) in enumerate(pushes)
     ]
     for entry in entries:
@@ -183,7 +160,7 @@ def test_queue_work_ahead_follows_the_policy(
     for _ in range(min(pops, len(entries) - 1)):
         queue.pop()
     waiting = [e for e in entries if e.queue_gen == 1]
-    probe = _entry(len(entries) + 1, 3.0, tenant="a", deadline=50.0)
+    probe = build_entry(len(entries) + 1, 3.0, tenant="a", deadline=50.0)
     ahead = queue.work_ahead(probe)
     if fairness == "none":
         order: list[Entry] = []
@@ -212,12 +189,12 @@ def test_queues_that_do_not_track_work_skip_it() -> None:
         queue = make_queue("fifo", "none", aging=1.0, weights={})
         if track:
             queue.track_work()
-        queue.push(_entry(1, 2.0))
-        running = _entry(2, 5.0)
+        queue.push(build_entry(1, 2.0))
+        running = build_entry(2, 5.0)
         queue.push(running)
         assert queue.pop() is not running
         queue.on_admit(queue.pop())
-        third, fourth = _entry(3, 1.0), _entry(4, 1.0)
+        third, fourth = build_entry(3, 1.0), build_entry(4, 1.0)
         if track:
             assert queue.work_ahead(third) == 0.0
         queue.push(third)

@@ -20,7 +20,13 @@ from sluicegate.core.entry import Entry
 from sluicegate.core.fair_queue import FairQueue
 from sluicegate.core.queues import HeapQueue
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
-from sluicegate.core.work_ahead import MARKS, LaneWork, RemoteWork, start_estimate_s
+from sluicegate.core.work_ahead import (
+    MARKS,
+    TENANT_MARKS,
+    LaneWork,
+    RemoteWork,
+    start_estimate_s,
+)
 
 
 def start_estimate(model: ModelRuntime, lane: LaneRuntime, entry: Entry, now: float) -> float:
@@ -45,7 +51,8 @@ def start_estimate(model: ModelRuntime, lane: LaneRuntime, entry: Entry, now: fl
         return 0.0
     running = queue.running_work(now) + remote.running_s
     if isinstance(queue, FairQueue):
-        ahead = queue.work_ahead_with(entry, remote.tenants)
+        own = remote.ahead(lane.order(entry), entry.ticket.tenant)
+        ahead = queue.work_ahead_with(entry, own, remote.tenants)
     else:
         ahead = queue.work_ahead(entry) + remote.ahead(lane.order(entry))
     return start_estimate_s(running, ahead, slots)
@@ -58,7 +65,7 @@ def lane_work(lane: LaneRuntime, now: float) -> LaneWork:
     queue = lane.queue
     running_s = queue.running_work(now)
     if isinstance(queue, FairQueue):
-        tenants = queue.tenant_work()
+        tenants = queue.tenant_work(TENANT_MARKS)
         return LaneWork(lane.running, running_s, len(queue), queue.total_work, tenants=tenants)
     assert isinstance(queue, HeapQueue)
     marks = queue.work_marks(MARKS)

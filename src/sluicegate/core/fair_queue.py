@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 
 from sluicegate.core.entry import Entry
 from sluicegate.core.queues import HeapQueue, KeyFn
-from sluicegate.core.work_ahead import RunningWork
+from sluicegate.core.work_ahead import RunningWork, TenantWork
 
 # Weights of served tokens in the virtual token counter, as in the VTC authors' artifact.
 VTC_INPUT_WEIGHT = 1.0
@@ -191,15 +191,17 @@ class FairQueue:
         others, others_weight = self._others(sub, weight)
         return gps_ahead(own, entry.service_s, weight, others, others_weight)
 
-    def work_ahead_with(self, entry: Entry, remote: Mapping[str, float]) -> float:
-        """``work_ahead`` with other replicas' queued work per tenant (``remote``, distributed
-        mode) joined to this queue's: the ticket's tenant's counts as ahead of it whole (as
-        its own does under ``fifo``), the other tenants' joins their GPS share, and a
-        tenant backlogged only elsewhere joins their weight."""
+    def work_ahead_with(
+        self, entry: Entry, own_remote: float, remote: Mapping[str, float]
+    ) -> float:
+        """``work_ahead`` with other replicas' queued work (distributed mode) joined to this
+        queue's: ``own_remote`` of the ticket's tenant's work there is ahead of it, and of
+        ``remote`` (each tenant's work there) the other tenants' joins their GPS share, a
+        tenant backlogged only there joining their weight."""
         tenant = entry.ticket.tenant
         sub = self._subs.get(tenant)
         weight = self._weights.get(tenant, 1.0)
-        own = (0.0 if sub is None else sub.work_ahead(entry)) + remote.get(tenant, 0.0)
+        own = (0.0 if sub is None else sub.work_ahead(entry)) + own_remote
         others, others_weight = self._others(sub, weight)
         for name, work in remote.items():
             if name != tenant and work > 0.0:
@@ -214,9 +216,14 @@ class FairQueue:
         """Predicted service of every queued entry (0 unless tracking work)."""
         return self._queued_work if self._live else 0.0
 
-    def tenant_work(self) -> tuple[tuple[str, float], ...]:
-        """Each backlogged tenant's queued work (tracking work only: else 0 each)."""
-        return tuple((tenant, sub.total_work) for tenant, sub in self._subs.items() if len(sub))
+    def tenant_work(self, count: int) -> tuple[TenantWork, ...]:
+        """Each backlogged tenant's queued work, with marks of its queue (``HeapQueue.work_marks``,
+        at most ``count + 1``; tracking work only: else 0 and none)."""
+        return tuple(
+            (tenant, sub.total_work, sub.work_marks(count))
+            for tenant, sub in self._subs.items()
+            if len(sub)
+        )
 
     def _charge(self, tenant: str, tokens: float) -> None:
         self._counters[tenant] = self._counters.get(tenant, 0.0) + tokens / self._weights.get(
