@@ -19,7 +19,7 @@ from tests.store.store_helpers import MODEL, connected_stores
 TTL_MS = 300
 A_WORK = LaneWork(2, 3.5, 3, 6.0, marks=(((1.0,), 0.0, 2.0), ((2.0, 1.0), 2.0, 4.5)))
 B_WORK = LaneWork(1, 1.25, 1, 0.5, marks=(((0.5,), 0.0, 0.5),))
-FAIR_WORK = LaneWork(0, 0.0, 2, 3.0, tenants=(("t1", 1.0), ("t2", 2.0)))
+FAIR_WORK = LaneWork(0, 0.0, 2, 3.0, tenants=(("t1", 1.0, (((1.0,), 0.0, 1.0),)), ("t2", 2.0, ())))
 
 
 def _sessions(*names: str) -> tuple[str, ...]:
@@ -42,6 +42,7 @@ async def test_each_replica_reads_the_others_summed_never_its_own(redis_url: str
         assert x.ahead((0.5,)) == 0.0  # the first waiter of either replica
         assert x.ahead((9.0,)) == 4.5 + 0.5  # after every waiter of both
         assert y.tenants == {"t1": 1.0, "t2": 2.0}
+        assert (y.ahead((1.5,), "t1"), y.ahead((1.5,), "t2")) == (1.0, 0.0)
         back = await exchange_work(a, {MODEL: {"x": A_WORK}}, replica="a", ttl_ms=TTL_MS)
         assert set(back[MODEL]) == {"x", "y"}
         assert back[MODEL]["x"].running == B_WORK.running  # b's, not its own
@@ -101,17 +102,18 @@ async def test_an_earlier_session_of_the_same_replica_is_not_another_replica(
 
 
 _floats = st.floats(0.0, 1e6, allow_nan=False)
+_marks = st.lists(
+    st.tuples(st.lists(_floats, min_size=1, max_size=3).map(tuple), _floats, _floats),
+    max_size=5,
+).map(tuple)
 _works = st.builds(
     LaneWork,
     st.integers(0, 1000),
     _floats,
     st.integers(0, 10_000),
     _floats,
-    marks=st.lists(
-        st.tuples(st.lists(_floats, min_size=1, max_size=3).map(tuple), _floats, _floats),
-        max_size=5,
-    ).map(tuple),
-    tenants=st.lists(st.tuples(st.text(max_size=8), _floats), max_size=5).map(tuple),
+    marks=_marks,
+    tenants=st.lists(st.tuples(st.text(max_size=8), _floats, _marks), max_size=5).map(tuple),
 )
 
 
@@ -127,11 +129,13 @@ def test_a_summary_survives_its_encoding(work: LaneWork) -> None:
 
 def test_a_fair_lanes_summary_names_at_most_max_tenants() -> None:
     """Beyond ``MAX_TENANTS`` the tenants with the least work are summed under ``""``."""
-    tenants = tuple((f"t{i}", float(i)) for i in range(MAX_TENANTS + 10))
+    mark = (((1.0,), 0.0, 1.0),)
+    tenants = tuple((f"t{i}", float(i), mark) for i in range(MAX_TENANTS + 10))
     back = decode_work(encode_work(LaneWork(0, 0.0, 1, 1.0, tenants=tenants)))
     assert len(back.tenants) == MAX_TENANTS
-    assert back.tenants[-1] == ("", float(sum(range(11))))
-    assert sum(seconds for _, seconds in back.tenants) == sum(s for _, s in tenants)
+    assert back.tenants[0] == (f"t{MAX_TENANTS + 9}", float(MAX_TENANTS + 9), mark)
+    assert back.tenants[-1] == ("", float(sum(range(11))), ())
+    assert sum(seconds for _, seconds, _ in back.tenants) == sum(s for _, s, _ in tenants)
 
 
 @pytest.mark.parametrize("text", ["", "[1, 2]", '{"a": 1}', "[1, 2, 3, 4, [[1]], []]"])

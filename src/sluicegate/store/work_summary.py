@@ -10,15 +10,16 @@ writes nothing. Sessions of this replica's own id (``<replica>.<n>``, an earlier
 session that has not expired yet) are not others.
 
 A lane's field is ``[running, running_s, waiting, waiting_s, marks, tenants]``: marks
-``[[key…], before, after]`` in a lane without fairness, ``[tenant, seconds]`` pairs in
-a ``vtc`` lane (the ``MAX_TENANTS`` − 1 with the most work, the rest summed under
-``""``). A field that does not parse (another version of sluicegate) is skipped.
+``[[key…], before, after]`` in a lane without fairness, ``[tenant, seconds, marks]`` in
+a ``vtc`` lane (the ``MAX_TENANTS`` − 1 tenants with the most work, the rest summed
+under ``""`` without marks). A field that does not parse (another version of
+sluicegate) is skipped.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -33,15 +34,26 @@ MAX_TENANTS = 64
 _log = logging.getLogger("sluicegate.store")
 
 
+def _marks_out(marks: Sequence[Mark]) -> list[list[object]]:
+    return [[list(key), before, after] for key, before, after in marks]
+
+
+def _marks_in(marks: Sequence[Sequence[Any]]) -> tuple[Mark, ...]:
+    return tuple(
+        (tuple(float(part) for part in key), float(before), float(after))
+        for key, before, after in marks
+    )
+
+
 def encode_work(work: LaneWork) -> str:
     """``work`` as the JSON of its hash field."""
-    tenants = sorted(work.tenants, key=lambda pair: -pair[1])
+    tenants = sorted(work.tenants, key=lambda tenant: -tenant[1])
     if len(tenants) > MAX_TENANTS:
-        rest = sum(seconds for _, seconds in tenants[MAX_TENANTS - 1 :])
-        tenants = [*tenants[: MAX_TENANTS - 1], ("", rest)]
-    marks = [[list(key), before, after] for key, before, after in work.marks]
-    fields = (work.running, work.running_s, work.waiting, work.waiting_s, marks, tenants)
-    return orjson.dumps(fields).decode()
+        rest = sum(seconds for _, seconds, _ in tenants[MAX_TENANTS - 1 :])
+        tenants = [*tenants[: MAX_TENANTS - 1], ("", rest, ())]
+    named = [[name, seconds, _marks_out(marks)] for name, seconds, marks in tenants]
+    fields = (work.running, work.running_s, work.waiting, work.waiting_s)
+    return orjson.dumps((*fields, _marks_out(work.marks), named)).decode()
 
 
 def decode_work(text: str) -> LaneWork:
@@ -52,17 +64,15 @@ def decode_work(text: str) -> LaneWork:
     """
     try:
         running, running_s, waiting, waiting_s, marks, tenants = orjson.loads(text)
-        decoded_marks: tuple[Mark, ...] = tuple(
-            (tuple(float(part) for part in key), float(before), float(after))
-            for key, before, after in marks
-        )
         return LaneWork(
             int(running),
             float(running_s),
             int(waiting),
             float(waiting_s),
-            marks=decoded_marks,
-            tenants=tuple((str(tenant), float(seconds)) for tenant, seconds in tenants),
+            marks=_marks_in(marks),
+            tenants=tuple(
+                (str(name), float(seconds), _marks_in(queue)) for name, seconds, queue in tenants
+            ),
         )
     except (orjson.JSONDecodeError, TypeError, ValueError) as error:
         raise ValueError(f"not a work summary: {text[:80]!r}") from error
