@@ -24,7 +24,8 @@ class StoreMetrics:
     ``sluicegate_store_global_waiting``, ``sluicegate_store_global_inflight_tokens``
     (the store's counts after this replica's last sync). Counter
     ``sluicegate_store_transitions_total{mode}``; histogram
-    ``sluicegate_store_round_trip_seconds{op}`` (``sync``, ``take``, ``heartbeat``).
+    ``sluicegate_store_round_trip_seconds{op}`` (``sync``, ``take``, ``heartbeat``,
+    ``work``).
     """
 
     def __init__(
