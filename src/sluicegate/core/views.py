@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from sluicegate.core.runtime import ModelRuntime
+from sluicegate.core.ticket import Ticket
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,3 +103,19 @@ def view_model(model: ModelRuntime, now: float) -> ModelView:
             for backend in model.backends
         ),
     )
+
+
+class RunningLease(NamedTuple):
+    """A running ticket as distributed mode writes it back to a returning store.
+
+    Attributes:
+        ticket: the ticket.
+        cost_tokens: its share of the in-flight token budget.
+        preemptible_in_s: how long until it may be preempted (0: now); ``None``: never.
+        borrowed: it runs on quota borrowed from a lending lane.
+    """
+
+    ticket: Ticket
+    cost_tokens: int
+    preemptible_in_s: float | None
+    borrowed: bool

@@ -219,6 +219,10 @@ class SchedulerDriver:
             self.link.give_back(model, ticket_id)
         self._execute(decisions)
 
+    def stop(self, ticket_id: TicketId) -> None:
+        """The store chose a running ticket as a victim for a more urgent one: preempt it."""
+        self._execute(self.scheduler.stop(ticket_id))
+
     def store_lost(self, *, fail_open: bool, share: float, limiter: TenantRateLimiter) -> None:
         """The store failed: admit locally at ``share`` of the limits, or close."""
         now = self._clock()

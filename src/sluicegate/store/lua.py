@@ -80,11 +80,20 @@ def _refused_flags(script: Script, reply: object) -> bool:
     )
 
 
+def milliseconds(seconds: float | None) -> int:
+    """Seconds as whole milliseconds for a script, ``None`` (never) as -1."""
+    return -1 if seconds is None else max(0, math.ceil(seconds * 1000.0))
+
+
 def sync_args(
-    replica: str, ttl_ms: int, limits: ModelLimits, ops: Sequence[Offer | Drop | Refund]
+    replica: str,
+    ttl_ms: int,
+    limits: ModelLimits,
+    ops: Sequence[Offer | Drop | Refund],
+    now_s: float,
 ) -> list[str | int | float]:
-    """``sync.lua``'s arguments for one model: its limits, then its offers and drops in
-    order (refunds go to ``refund.lua``).
+    """``sync.lua``'s arguments for one model: its limits, the caller's wall clock
+    ``now_s``, then its offers and drops in order (refunds go to ``refund.lua``).
 
     Raises:
         ValueError: an offer's lane is not in ``limits``, or a weight, charge, cost or
@@ -96,10 +105,11 @@ def sync_args(
         ttl_ms,
         limits.cap,
         -1 if limits.token_budget is None else limits.token_budget,
+        milliseconds(now_s),
         len(limits.lanes),
     ]
     for lane in limits.lanes:
-        args += [lane.name, lane.cap, int(lane.borrow), int(lane.fair)]
+        args += [lane.name, lane.cap, int(lane.borrow), int(lane.fair), int(lane.lend)]
     model_ops = [op for op in ops if not isinstance(op, Refund)]
     args.append(len(model_ops))
     for op in model_ops:
@@ -111,7 +121,8 @@ def sync_args(
             if op.cost_tokens < 0:
                 raise ValueError(f"offer {op.ticket!r}: negative cost")
             args += ["O", op.ticket, op.lane, op.tenant, float(op.weight), int(op.cost_tokens)]
-            args += [float(op.vtc_charge), encode_order(op.order)]
+            args += [float(op.vtc_charge), encode_order(op.order), int(op.priority)]
+            args += [milliseconds(op.urgent_at), milliseconds(op.preempt_delay_s)]
         else:
             if not math.isfinite(op.vtc_correction):
                 raise ValueError(f"drop {op.ticket!r}: the correction must be finite")

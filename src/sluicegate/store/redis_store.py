@@ -66,6 +66,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import time
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
@@ -75,7 +76,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from sluicegate.store.keys import check_replica_id, grants_key, model_base, rate_key
-from sluicegate.store.lua import Call, LimitScripts, sync_args
+from sluicegate.store.lua import Call, LimitScripts, milliseconds, sync_args
 from sluicegate.store.resp import RespClient
 from sluicegate.store.store_errors import StoreUnavailableError
 from sluicegate.store.types import (
@@ -213,7 +214,7 @@ class RedisStore:
         return await self._guarded(self._scripts.run(self._main, calls, self._deadline()))
 
     def _sync_call(self, limits: ModelLimits, ops: Sequence[Offer | Drop | Refund]) -> Call:
-        args = sync_args(self._replica, self._ttl_ms, limits, ops)
+        args = sync_args(self._replica, self._ttl_ms, limits, ops, time.time())
         return self._scripts["sync"], [model_base(self._prefix, limits.model)], args
 
     def _refund_call(self, refund: Refund) -> Call | None:
@@ -254,6 +255,7 @@ class RedisStore:
                     waiting=int(reply[3]),
                     replicas=int(reply[4]),
                 ),
+                stops=tuple(reply[5]),
             )
             for reply in replies[: len(sync_calls)]
         ]
@@ -317,7 +319,8 @@ class RedisStore:
         args: list[str | int | float] = [self._replica, self._ttl_ms, len(leases)]
         for lease in leases:
             args += [lease.ticket, lease.lane, lease.tenant, float(lease.weight)]
-            args.append(int(lease.cost_tokens))
+            args += [int(lease.cost_tokens), int(lease.priority)]
+            args += [milliseconds(lease.preemptible_in_s), int(lease.borrowed)]
         call = (self._scripts["resync"], [model_base(self._prefix, limits.model)], args)
         await self._run([call])
 

@@ -23,7 +23,6 @@ from typing import Any
 from sluicegate.config import DistributedSpec
 from sluicegate.core.ratelimit import TenantRateLimiter
 from sluicegate.core.spec import TenantSpec
-from sluicegate.core.ticket import TicketId
 from sluicegate.gateway.distributed.distributed_metrics import StoreMetrics
 from sluicegate.gateway.distributed.link_modes import (
     GRANT_BLOCK_S,
@@ -74,6 +73,10 @@ class LinkLifecycle(ABC):
     @abstractmethod
     def _tick(self) -> None:
         """Run a fill of every model soon (the heartbeat's)."""
+
+    @abstractmethod
+    def _deliver(self, model: str, item: str) -> None:
+        """Act on one item of this replica's grant list: a grant or a stop."""
 
     @abstractmethod
     def _release_offers(self) -> None:
@@ -202,10 +205,8 @@ class LinkLifecycle(ABC):
                 # fallback's resync gives its slot back.
                 self._fail(exc, "grant listener")
                 return
-            client = self._client
-            assert client is not None
-            for model, ticket_id in grants:
-                client.granted(model, TicketId(ticket_id))
+            for model, item in grants:
+                self._deliver(model, item)
 
     async def _answers(self) -> bool:
         """After a heartbeat failed: does the store answer a ping? A heartbeat slowed past

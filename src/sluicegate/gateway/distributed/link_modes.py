@@ -22,6 +22,11 @@ MAX_OPS_PER_SYNC = 256
 """Most operations one sync round trip carries (about 10 ms of Lua at the worst)."""
 GRANT_BLOCK_S = 1.0
 """How long one blocking pop of the grant lists waits."""
+STOP_PREFIX = "!"
+"""Marks a stop on a grant list: ``!<ticket>`` (ticket ids are hex, never start with it)."""
+URGENCY_MARGIN_S = 0.002
+"""How long after a waiter's urgent time its replica syncs, so that the store (whose clock
+may lag by NTP's milliseconds) sees it urgent."""
 
 
 class LinkMode(enum.Enum):
@@ -45,6 +50,14 @@ class StoreClient(Protocol):
 
     def store_restored(self) -> None:
         """The store is back: offer every queued ticket again."""
+        ...
+
+    def stop(self, ticket_id: TicketId) -> None:
+        """The store chose a running ticket of this replica as a preemption victim."""
+        ...
+
+    def now(self) -> float:
+        """The scheduler's clock (wall-anchored in distributed mode)."""
         ...
 
 

@@ -39,6 +39,8 @@ from sluicegate.gateway.distributed.distributed_metrics import StoreMetrics
 from sluicegate.gateway.distributed.link_lifecycle import LinkLifecycle
 from sluicegate.gateway.distributed.link_modes import (
     MAX_OPS_PER_SYNC,
+    STOP_PREFIX,
+    URGENCY_MARGIN_S,
     LinkMode,
     StoreClient,
     tenant_rates,
@@ -101,7 +103,11 @@ class StoreLink(LinkLifecycle):
         self._lanes = {
             model.name: tuple(
                 LaneLimits(
-                    lane.name, lane.max_concurrency, lane.borrow, lane.queue_policy[1] == "vtc"
+                    lane.name,
+                    lane.max_concurrency,
+                    lane.borrow,
+                    lane.queue_policy[1] == "vtc",
+                    lane.lend,
                 )
                 for lane in model.lanes
             )
@@ -113,6 +119,7 @@ class StoreLink(LinkLifecycle):
         self._resyncing = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._flushing: asyncio.Task[None] | None = None
+        self._urgent: dict[TicketId, asyncio.TimerHandle] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -198,8 +205,13 @@ class StoreLink(LinkLifecycle):
             reserve.order,
             reserve.cost_tokens,
             reserve.vtc_charge,
+            ticket.priority,
+            reserve.urgent_at,
+            reserve.preempt_delay_s,
         )
         self._send(ticket.model, op)
+        if reserve.urgent_at is not None and self.mode is LinkMode.GLOBAL:
+            self._arm_urgency(ticket.model, ticket.id, reserve.urgent_at)
 
     def released(self, ticket_id: TicketId, served: tuple[int, int] | None, *, ended: bool) -> None:
         """A ticket left its slot or its queue: withdraw it or release its lease, and once it
@@ -209,6 +221,7 @@ class StoreLink(LinkLifecycle):
         tenant's counter; ``None`` when unknown (a client that left mid-answer):
         the admission charge stands and nothing is refunded.
         """
+        self._disarm_urgency(ticket_id)
         held = self._held.get(ticket_id)
         if held is None:
             return
@@ -279,7 +292,10 @@ class StoreLink(LinkLifecycle):
                 for (limits, _), result in zip(batches, results, strict=True):
                     self.counts[limits.model] = result.counts
                     for ticket_id in result.granted:
+                        self._disarm_urgency(TicketId(ticket_id))
                         client.granted(limits.model, TicketId(ticket_id))
+                    for ticket_id in result.stops:
+                        client.stop(TicketId(ticket_id))
         finally:
             self._flushing = None
 
@@ -302,15 +318,63 @@ class StoreLink(LinkLifecycle):
         return batch
 
     def _leases(self, model: str) -> list[Lease]:
-        running = self._scheduler.running(model)
-        for ticket, _ in running:
+        client = self._client
+        assert client is not None
+        leases = []
+        for running in self._scheduler.running_leases(model, client.now()):
+            ticket = running.ticket
             self._hold(ticket).known = True
-        return [
-            Lease(ticket.id, ticket.lane, ticket.tenant, self._weight(ticket), cost)
-            for ticket, cost in running
-        ]
+            weight = self._weight(ticket)
+            leases.append(
+                Lease(
+                    ticket.id,
+                    ticket.lane,
+                    ticket.tenant,
+                    weight,
+                    running.cost_tokens,
+                    ticket.priority,
+                    running.preemptible_in_s,
+                    running.borrowed,
+                )
+            )
+        return leases
+
+    def _deliver(self, model: str, item: str) -> None:
+        """What another replica's sync pushed to this one's grant list: a grant, or
+        ``!<ticket>``, a stop of a victim the store chose."""
+        client = self._client
+        assert client is not None
+        if item.startswith(STOP_PREFIX):
+            client.stop(TicketId(item.removeprefix(STOP_PREFIX)))
+            return
+        self._disarm_urgency(TicketId(item))
+        client.granted(model, TicketId(item))
+
+    def _arm_urgency(self, model: str, ticket_id: TicketId, urgent_at: float) -> None:
+        """Sync ``model`` when a waiting ticket becomes urgent: the store preempts for it
+        at that sync (or a heartbeat's), so this bounds how late it does."""
+        client = self._client
+        assert client is not None
+        self._disarm_urgency(ticket_id)
+        delay = max(0.0, urgent_at - client.now()) + URGENCY_MARGIN_S
+        loop = asyncio.get_running_loop()
+        self._urgent[ticket_id] = loop.call_later(delay, self._urgent_now, model, ticket_id)
+
+    def _disarm_urgency(self, ticket_id: TicketId) -> None:
+        timer = self._urgent.pop(ticket_id, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _urgent_now(self, model: str, ticket_id: TicketId) -> None:
+        self._urgent.pop(ticket_id, None)
+        if self.mode is LinkMode.GLOBAL:
+            self._outbox.setdefault(model, [])
+            self._release_offers()
 
     def _forget(self) -> None:
+        for timer in self._urgent.values():
+            timer.cancel()
+        self._urgent.clear()
         self._outbox.clear()
         for held in self._held.values():
             held.known = False
