@@ -4,6 +4,8 @@ of the limits, or closed)."""
 
 from __future__ import annotations
 
+import pytest
+
 from sluicegate.core.backend_state import BackendSpec
 from sluicegate.core.decisions import (
     Admit,
@@ -56,7 +58,8 @@ def test_reserve_says_when_a_ticket_turns_urgent(
     assert reserve.urgent_at == 7.2
     near = make_ticket("near", arrival=7.0, deadline=7.1)
     _, soon = sched.submit(near, 7.0)
-    assert isinstance(soon, Reserve) and soon.urgent_at is not None
+    assert isinstance(soon, Reserve)
+    assert soon.urgent_at is not None
     assert soon.urgent_at < 7.1
 
 
@@ -73,9 +76,12 @@ def test_reserve_says_when_a_ticket_may_be_preempted(
     sched = shared(make_spec, make_lane, preemptible="priority")
     _, top = sched.submit(make_ticket("low", priority=4), 0.0)
     _, middle = sched.submit(make_ticket("mid", priority=3, max_tokens=100), 0.0)
-    assert isinstance(top, Reserve) and isinstance(middle, Reserve)
+    assert isinstance(top, Reserve)
+    assert isinstance(middle, Reserve)
     assert top.preempt_delay_s == 0.0
-    assert middle.preempt_delay_s is not None and middle.preempt_delay_s > 0.0
+    # Prior rates (8,000 prompt tokens/s, 40 output tokens/s): 100 prompt tokens take
+    # 12.5 ms, then 80 of its 100 output tokens 2 s.
+    assert middle.preempt_delay_s == pytest.approx(0.0125 + 80 / 40.0)
 
 
 def test_stop_preempts_a_running_ticket_once(

@@ -43,9 +43,9 @@ TENANTS = (
 )
 
 
-async def preempt_scenario(cluster: Cluster, *, bg_gateway: int, fg_gateway: int) -> tuple[
-    list[Reply], list[Reply], float
-]:
+async def preempt_scenario(
+    cluster: Cluster, *, bg_gateway: int, fg_gateway: int
+) -> tuple[list[Reply], list[Reply], float]:
     """Four long ``bg`` requests through ``bg_gateway``; once the engine runs them, four
     short ``fg`` ones through ``fg_gateway``. Returns both groups' replies and the most
     the engine ran at once."""

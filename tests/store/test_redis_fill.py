@@ -97,9 +97,7 @@ async def test_borrowing_lane_takes_only_the_idle_quota_of_lending_lanes(redis_u
     """Model cap 4, a borrowing lane of cap 1 and an idle lane of cap 2: the borrower takes
     its own slot and the lender's two idle ones (ModelRuntime.lendable), not the model's
     fourth; a lender's waiter then gets its quota back as the borrowers leave."""
-    limits = model_limits(
-        4, LaneLimits("burst", 1, borrow=True), LaneLimits("idle", 2, lend=True)
-    )
+    limits = model_limits(4, LaneLimits("burst", 1, borrow=True), LaneLimits("idle", 2, lend=True))
     async with connected_stores(redis_url, "a") as (a,):
         ops = [offer(f"t{i}", (float(i),), lane="burst") for i in range(5)]
         (result,) = await a.sync([(limits, ops)])
