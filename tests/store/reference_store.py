@@ -64,7 +64,10 @@ class ReferenceStore:
 
     def _offer(self, replica: str, offer: Offer) -> None:
         key = (replica, offer.ticket)
-        if key in self.waiting or key in self.leases:
+        if key in self.leases:
+            self._granted.append(offer.ticket)  # a lost grant, granted again
+            return
+        if key in self.waiting:
             return
         if self._fair(offer.lane):
             backlogged = self._backlogged(offer.lane)

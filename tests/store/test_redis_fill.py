@@ -183,12 +183,14 @@ async def test_next_grants_drains_every_model(redis_url: str) -> None:
 
 
 async def test_offers_are_idempotent_and_drops_withdraw(redis_url: str) -> None:
-    """Offering a waiting or running ticket again changes nothing; a drop withdraws a waiter."""
+    """Offering a waiting ticket again changes nothing; offering a running one again changes
+    nothing but answers its grant again (its first grant was lost on the way); a drop
+    withdraws a waiter."""
     async with connected_stores(redis_url, "a") as (a,):
         (first,) = await a.sync([(model_limits(1), [offer("run"), offer("wait", (1.0,))])])
         assert first.granted == ("run",)
         (again,) = await a.sync([(model_limits(1), [offer("run"), offer("wait", (1.0,))])])
-        assert (again.granted, again.counts.running, again.counts.waiting) == ((), 1, 1)
+        assert (again.granted, again.counts.running, again.counts.waiting) == (("run",), 1, 1)
         (dropped,) = await a.sync([(model_limits(1), [Drop("wait"), Drop("unknown")])])
         assert (dropped.counts.running, dropped.counts.waiting) == (1, 0)
         (freed,) = await a.sync([(model_limits(1), [Drop("run")])])

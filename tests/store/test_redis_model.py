@@ -25,7 +25,8 @@ from hypothesis.stateful import (
 
 from sluicegate.store.keys import grants_key
 from sluicegate.store.redis_store import RedisStore
-from sluicegate.store.types import Drop, LaneLimits, ModelLimits, Offer
+from sluicegate.store.store_errors import StoreUnavailableError
+from sluicegate.store.types import Drop, LaneLimits, ModelLimits, Offer, SyncResult
 from tests.store.redis_server import REDIS_SERVER, running_redis
 from tests.store.reference_store import ReferenceStore
 from tests.store.store_helpers import MODEL
@@ -71,6 +72,7 @@ class StoreAgainstModel(RuleBasedStateMachine):
         self.pending: dict[str, list[Offer | Drop]] = {replica: [] for replica in REPLICAS}
         self.tickets: dict[str, list[str]] = {replica: [] for replica in REPLICAS}
         self.reference = ReferenceStore(ModelLimits(MODEL, 1, None, (LaneLimits("l0", 1),)))
+        self.last: dict[str, tuple[int, list[Offer | Drop], SyncResult]] = {}
 
     def run(self, coroutine: Awaitable[_T]) -> _T:
         """Run ``coroutine`` on the test's loop (the stores' connections live there)."""
@@ -150,14 +152,31 @@ class StoreAgainstModel(RuleBasedStateMachine):
     def sync(self, replica: str) -> None:
         ops, self.pending[replica] = self.pending[replica], []
         time.sleep(0.0015)  # a lease of an earlier sync is strictly older (milliseconds)
-        (result,) = self.run(self.stores[replica].sync([(self.reference.limits, ops)]))
+        store = self.stores[replica]
+        seq = store.next_seq()
+        (result,) = self.run(store.sync([(self.reference.limits, ops)], seq=seq))
         granted, stops = self.reference.sync(replica, ops)
         assert list(result.granted) == granted
         assert list(result.stops) == stops
+        self.last[replica] = (seq, ops, result)
         counts = result.counts
         assert counts.running == len(self.reference.leases)
         assert counts.inflight_tokens == self.reference.tokens()
         assert counts.waiting == len(self.reference.waiting)
+
+    @precondition(lambda self: self.last)
+    @rule(data=st.data())
+    def retry_a_sync(self, data: st.DataObject) -> None:
+        """A replica sends its last sync again (its answer was lost): the store answers
+        what it answered then and changes nothing; an older sync is refused (fenced)."""
+        replica = data.draw(st.sampled_from(sorted(self.last)))
+        seq, ops, result = self.last[replica]
+        store = self.stores[replica]
+        (again,) = self.run(store.sync([(self.reference.limits, ops)], seq=seq))
+        assert again == result
+        if seq > 1:
+            with pytest.raises(StoreUnavailableError):
+                self.run(store.sync([(self.reference.limits, ops)], seq=seq - 1))
 
     @invariant()
     def grants_pushed_to_the_others_match(self) -> None:

@@ -28,7 +28,8 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from sluicegate.store.order import encode_order
 from sluicegate.store.resp import Arg, RespClient
-from sluicegate.store.types import Drop, ModelLimits, Offer, Refund
+from sluicegate.store.store_errors import StoreUnavailableError
+from sluicegate.store.types import Drop, GlobalCounts, ModelLimits, Offer, Refund, SyncResult
 
 SCRIPT_FLAGS = "#!lua flags=allow-oom\n"
 """The first line of every script: it runs (and writes) while Redis is at ``maxmemory``."""
@@ -91,9 +92,11 @@ def sync_args(
     limits: ModelLimits,
     ops: Sequence[Offer | Drop | Refund],
     now_s: float,
+    seq: int,
 ) -> list[str | int | float]:
     """``sync.lua``'s arguments for one model: its limits, the caller's wall clock
-    ``now_s``, then its offers and drops in order (refunds go to ``refund.lua``).
+    ``now_s``, the sync's number ``seq``, then its offers and drops in order (refunds go
+    to ``refund.lua``).
 
     Raises:
         ValueError: an offer's lane is not in ``limits``, or a weight, charge, cost or
@@ -106,6 +109,7 @@ def sync_args(
         limits.cap,
         -1 if limits.token_budget is None else limits.token_budget,
         milliseconds(now_s),
+        seq,
         len(limits.lanes),
     ]
     for lane in limits.lanes:
@@ -128,6 +132,26 @@ def sync_args(
                 raise ValueError(f"drop {op.ticket!r}: the correction must be finite")
             args += ["D", op.ticket, float(op.vtc_correction)]
     return args
+
+
+def sync_result(reply: list[Any]) -> SyncResult:
+    """One model's answer to ``sync.lua``.
+
+    Raises:
+        StoreUnavailableError: the store applied a newer sync of this replica (``stale``).
+    """
+    if reply == ["stale"]:
+        raise StoreUnavailableError("the store applied a newer sync of this replica")
+    return SyncResult(
+        granted=tuple(reply[0]),
+        counts=GlobalCounts(
+            running=int(reply[1]),
+            inflight_tokens=int(reply[2]),
+            waiting=int(reply[3]),
+            replicas=int(reply[4]),
+        ),
+        stops=tuple(reply[5]),
+    )
 
 
 async def _pipeline(client: RespClient, calls: Sequence[Call], deadline: float) -> list[Any]:

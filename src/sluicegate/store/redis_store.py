@@ -47,11 +47,8 @@ share of two syncs (its offer, its drop, batched with whatever else the flush
 carries) plus one ``take`` if its tenant is rate-limited. After a Redis restart
 the first call of each script costs one more (``NOSCRIPT``, ``SCRIPT LOAD``,
 retry). The main connection speaks RESP itself (``store/resp.py``: one write and one
-future per round trip); only the ``BLPOP`` listener uses redis-py. On loopback
-(``benchmarks/bench_store_rtt.py``, 2 loaded cores), medians: ping 0.06 ms, sync with
-1 op 0.17 ms, with 32 ops 1.1–1.4 ms, take 0.1 ms; Redis spends
-about 35 µs of CPU per request (offer, grant, release), so one Redis core
-serves on the order of 25,000 requests/s.
+future per round trip); only the ``BLPOP`` listener uses redis-py. Latencies and Redis
+CPU per request: ``benchmarks/bench_store_rtt.py`` and docs/BENCHMARKS.md.
 
 Memory pressure: the scripts run while Redis is at its ``maxmemory``; see ``store/lua.py``.
 
@@ -74,9 +71,10 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from sluicegate.store.keys import check_replica_id, grants_key, model_base, rate_key
-from sluicegate.store.lua import Call, LimitScripts, milliseconds, sync_args
+from sluicegate.store.lua import Call, LimitScripts, milliseconds, sync_args, sync_result
 from sluicegate.store.resp import RespClient
 from sluicegate.store.store_errors import StoreUnavailableError
 from sluicegate.store.types import (
@@ -136,6 +134,7 @@ class RedisStore:
         self._client: RespClient | None = None
         self._listener: Redis | None = None
         self._scripts = LimitScripts()
+        self._seq = 0
 
     @property
     def replica(self) -> str:
@@ -189,7 +188,9 @@ class RedisStore:
         try:
             return await call
         except _STORE_ERRORS as error:
-            raise StoreUnavailableError(f"redis store: {type(error).__name__}: {error}") from error
+            message = f"redis store: {type(error).__name__}: {error}"
+            timed_out = isinstance(error, TimeoutError | RedisTimeoutError)
+            raise StoreUnavailableError(message, timed_out=timed_out) from error
 
     @staticmethod
     async def _bounded(call: Awaitable[_T], timeout_s: float) -> _T:
@@ -213,8 +214,10 @@ class RedisStore:
         The whole of it (reload and retry included) within ``timeout_s``."""
         return await self._guarded(self._scripts.run(self._main, calls, self._deadline()))
 
-    def _sync_call(self, limits: ModelLimits, ops: Sequence[Offer | Drop | Refund]) -> Call:
-        args = sync_args(self._replica, self._ttl_ms, limits, ops, time.time())
+    def _sync_call(
+        self, limits: ModelLimits, ops: Sequence[Offer | Drop | Refund], seq: int
+    ) -> Call:
+        args = sync_args(self._replica, self._ttl_ms, limits, ops, time.time(), seq)
         return self._scripts["sync"], [model_base(self._prefix, limits.model)], args
 
     def _refund_call(self, refund: Refund) -> Call | None:
@@ -226,19 +229,26 @@ class RedisStore:
         return self._scripts["refund"], [rate_key(self._prefix, rates.tenant)], args
 
     async def sync(
-        self, batches: Sequence[tuple[ModelLimits, Sequence[Offer | Drop | Refund]]]
+        self,
+        batches: Sequence[tuple[ModelLimits, Sequence[Offer | Drop | Refund]]],
+        *,
+        seq: int | None = None,
     ) -> list[SyncResult]:
         """Apply each model's ops in order, then fill; one pipelined round trip for all.
 
         Also refreshes this replica's liveness in every model of ``batches``.
         Returns one result per batch, in order: this replica's tickets granted
-        by this sync and the model's global counts after it (``lanes_*`` empty).
+        and to stop, and the model's global counts after it (``lanes_*`` empty).
+        ``seq`` retries the sync of that number (``next_seq``; default: a new one):
+        applied at most once, answered again if it was (``sync.lua``'s fencing).
 
         Raises:
             ValueError: an offer's lane is not in its model's limits, or a
                 weight, charge, cost or correction is out of range.
+            StoreUnavailableError: also when a sync newer than ``seq`` was applied.
         """
-        sync_calls = [self._sync_call(limits, ops) for limits, ops in batches]
+        number = self.next_seq() if seq is None else seq
+        sync_calls = [self._sync_call(limits, ops, number) for limits, ops in batches]
         refund_calls = [
             call
             for _, ops in batches
@@ -246,27 +256,21 @@ class RedisStore:
             if isinstance(op, Refund) and (call := self._refund_call(op)) is not None
         ]
         replies = await self._run([*sync_calls, *refund_calls])
-        return [
-            SyncResult(
-                granted=tuple(reply[0]),
-                counts=GlobalCounts(
-                    running=int(reply[1]),
-                    inflight_tokens=int(reply[2]),
-                    waiting=int(reply[3]),
-                    replicas=int(reply[4]),
-                ),
-                stops=tuple(reply[5]),
-            )
-            for reply in replies[: len(sync_calls)]
-        ]
+        return [sync_result(reply) for reply in replies[: len(sync_calls)]]
 
-    async def take(self, rates: TenantRates, tokens: int) -> float:
+    def next_seq(self) -> int:
+        """The number of this replica's next sync (increasing within its session)."""
+        self._seq += 1
+        return self._seq
+
+    async def take(self, rates: TenantRates, tokens: int, *, request: str | None = None) -> float:
         """Charge 1 request and ``tokens`` tokens if both of the tenant's buckets allow.
 
         ``core.ratelimit.TenantRateLimiter.try_acquire`` on Redis time: returns
         0.0 when taken, else the seconds until it could be (the longest wait of
         the refusing buckets) and nothing is charged. A tenant without limits
-        is admitted without a round trip.
+        is admitted without a round trip. With ``request`` (unique in this replica's
+        session) a retried take is charged once: its answer is kept for a minute.
 
         Raises:
             ValueError: if ``tokens`` is negative.
@@ -280,7 +284,10 @@ class RedisStore:
             *_rate_args(rates.tokens_per_s, rates.burst_tokens),
             int(tokens),
         ]
-        call = (self._scripts["take"], [rate_key(self._prefix, rates.tenant)], args)
+        keys = [rate_key(self._prefix, rates.tenant)]
+        if request is not None:
+            keys.append(f"{keys[0]}:take:{self._replica}:{request}")
+        call = (self._scripts["take"], keys, args)
         replies = await self._run([call])
         return float(replies[0])
 

@@ -22,8 +22,10 @@ class StoreMetrics:
     shared store admits, 0 in a fallback), ``sluicegate_store_replicas`` (live
     replicas last seen), and per model ``sluicegate_store_global_running``,
     ``sluicegate_store_global_waiting``, ``sluicegate_store_global_inflight_tokens``
-    (the store's counts after this replica's last sync). Counter
-    ``sluicegate_store_transitions_total{mode}``; histogram
+    (the store's counts after this replica's last sync). Counters
+    ``sluicegate_store_transitions_total{mode}`` and ``sluicegate_store_retries_total{op}``
+    (a timed-out ``sync`` or ``take`` sent again, a ``grant listener`` that failed while the
+    store still answered); histogram
     ``sluicegate_store_round_trip_seconds{op}`` (``sync``, ``take``, ``heartbeat``).
     """
 
@@ -39,6 +41,12 @@ class StoreMetrics:
             "sluicegate_store_transitions",
             "Changes of the store link's mode (global, fail_open, fail_closed).",
             ["mode"],
+            registry=registry,
+        )
+        self.retries = Counter(
+            "sluicegate_store_retries",
+            "Store calls retried instead of falling back (the store still answered).",
+            ["op"],
             registry=registry,
         )
         self.round_trip = Histogram(

@@ -201,10 +201,17 @@ class LinkLifecycle(ABC):
             try:
                 grants = await self.store.next_grants(models, GRANT_BLOCK_S)
             except StoreUnavailableError as exc:
-                # Not retried: a grant popped before the failure is lost, and only the
-                # fallback's resync gives its slot back.
-                self._fail(exc, "grant listener")
-                return
+                if not await self._answers():
+                    self._fail(exc, "grant listener")
+                    return
+                # A grant popped before the failure may be lost: offering every waiting
+                # ticket again has the store grant a leased one again (sync.lua).
+                if self.metrics is not None:
+                    self.metrics.retries.labels("grant listener").inc()
+                client = self._client
+                assert client is not None
+                client.store_restored()
+                continue
             for model, item in grants:
                 self._deliver(model, item)
 

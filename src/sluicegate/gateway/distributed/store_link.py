@@ -59,6 +59,11 @@ from sluicegate.store.types import (
 
 _log = logging.getLogger("sluicegate.store")
 
+
+def _no_refunds(ops: list[Offer | Drop | Refund]) -> list[Offer | Drop | Refund]:
+    return [op for op in ops if not isinstance(op, Refund)]
+
+
 __all__ = ["LinkMode", "StoreClient", "StoreLink"]
 
 
@@ -181,11 +186,14 @@ class StoreLink(LinkLifecycle):
         rates = self._rates[ticket.tenant]
         tokens = ticket.prompt_tokens + ticket.max_tokens
         started = time.perf_counter()
-        try:
-            wait = await self.store.take(rates, tokens)
-        except StoreUnavailableError as exc:
-            self._fail(exc, "take")
-            return None
+        give_up = time.monotonic() + self._retry_budget_s()
+        while True:
+            try:
+                wait = await self.store.take(rates, tokens, request=ticket.id)
+                break
+            except StoreUnavailableError as exc:
+                if not self._retrying(exc, "take", give_up):
+                    return None
         self._observe("take", started)
         if wait == 0.0:
             self._hold(ticket).charged_tokens = tokens
@@ -281,11 +289,17 @@ class StoreLink(LinkLifecycle):
                 # A model with an empty list of ops still fills (the heartbeat's tick).
                 batches = [(self._limits(model), ops) for model, ops in self._next_batch()]
                 started = time.perf_counter()
-                try:
-                    results = await self.store.sync(batches)
-                except StoreUnavailableError as exc:
-                    self._fail(exc, "sync")
-                    return
+                seq = self.store.next_seq()
+                give_up = time.monotonic() + self._retry_budget_s()
+                while True:
+                    try:
+                        results = await self.store.sync(batches, seq=seq)
+                        break
+                    except StoreUnavailableError as exc:
+                        if not self._retrying(exc, "sync", give_up):
+                            return
+                        # Refunds are not fenced: if the first attempt ran they were made.
+                        batches = [(limits, _no_refunds(ops)) for limits, ops in batches]
                 self._observe("sync", started)
                 client = self._client
                 assert client is not None
@@ -298,6 +312,23 @@ class StoreLink(LinkLifecycle):
                         client.stop(TicketId(ticket_id))
         finally:
             self._flushing = None
+
+    def _retrying(self, exc: StoreUnavailableError, op: str, give_up: float) -> bool:
+        """After ``op`` failed: whether to send it again. A timeout is retried until
+        ``give_up`` (a busy event loop or a slow moment of the store is no reason to drop to
+        local limits; the scripts apply a retried call once); any other failure, or one past
+        ``give_up``, falls back."""
+        if exc.timed_out and time.monotonic() < give_up and self.mode is LinkMode.GLOBAL:
+            if self.metrics is not None:
+                self.metrics.retries.labels(op).inc()
+            return True
+        self._fail(exc, op)
+        return False
+
+    def _retry_budget_s(self) -> float:
+        """How long a timed-out call is retried: half a lease TTL (the replica's leases
+        stay live meanwhile: its heartbeats run apart) and at least two timeouts."""
+        return max(self.settings.lease_ttl_s / 2.0, 2.0 * self.settings.timeout_ms / 1000.0)
 
     def _next_batch(self) -> list[tuple[str, list[Offer | Drop | Refund]]]:
         """Take the next round trip's ops out of the outbox: all of them, up to

@@ -1,17 +1,30 @@
--- ARGV: replica, lease_ttl_ms, model cap, token budget (-1: none), caller's clock (ms), lane
--- count, lane count × (name, cap, borrow 0|1, fair 0|1, lend 0|1), op count, then the ops:
+-- ARGV: replica, lease_ttl_ms, model cap, token budget (-1: none), caller's clock (ms), the
+-- sync's sequence number in the replica's session, lane count, lane count × (name, cap,
+-- borrow 0|1, fair 0|1, lend 0|1), op count, then the ops:
 --   O ticket lane tenant weight cost vtc_charge order_hex priority urgent_ms delay_ms  (offer)
 --   D ticket vtc_correction                                                         (drop)
 -- Applies the ops, fills free global capacity with the best waiters (own quotas in lane
 -- order, then borrowing lanes from the idle quota of lending lanes), preempts for waiters
 -- that are urgent or reclaim lent quota (preempt.lua), and returns {this replica's granted
 -- tickets, running, tokens, waiting, live replicas, this replica's tickets to stop}.
+--
+-- Fencing: a replica numbers its syncs and retries a timed-out one under the same number.
+-- The answer is kept (`last:<replica>`), so a sync that ran but whose answer was lost is
+-- answered again, not applied twice; one older than the last applied (an attempt that
+-- reached Redis after its retry and a later sync) is applied never: {'stale'}.
 local replica, ttl = ARGV[1], tonumber(ARGV[2])
 local cap, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
-local caller_now = tonumber(ARGV[5])
+local caller_now, seq = tonumber(ARGV[5]), tonumber(ARGV[6])
+local last_key = base .. 'last:' .. replica
+local last = redis.call('GET', last_key)
+if last then
+  local last_seq, answer = cmsgpack.unpack(last)
+  if seq == last_seq then return answer end
+  if seq < last_seq then return {'stale'} end
+end
 local lanes, fair_lanes = {}, {}
-local i = 7
-for _ = 1, tonumber(ARGV[6]) do
+local i = 8
+for _ = 1, tonumber(ARGV[7]) do
   local lane = {name = ARGV[i], cap = tonumber(ARGV[i + 1]), borrow = ARGV[i + 2] == '1',
                 fair = ARGV[i + 3] == '1', lend = ARGV[i + 4] == '1'}
   lanes[#lanes + 1] = lane
@@ -90,10 +103,15 @@ local function lift(state, lane, tenant)
   if floor > counter(state, lane, tenant) then set_counter(state, lane, tenant, floor) end
 end
 
+local regranted = {}
+
 local function offer(ticket, lane, tenant, weight, cost, charge, order, priority, urgent, delay)
   local wait_key = base .. 'wait:' .. replica
-  if redis.call('HEXISTS', wait_key, ticket) == 1
-      or redis.call('HEXISTS', base .. 'lease:' .. replica, ticket) == 1 then
+  if redis.call('HEXISTS', wait_key, ticket) == 1 then return end
+  if redis.call('HEXISTS', base .. 'lease:' .. replica, ticket) == 1 then
+    -- Offered again while it holds a lease: its grant was lost on the way (a grant list
+    -- popped by a listener that then failed). Grant it again.
+    regranted[#regranted + 1] = ticket
     return
   end
   local fair = 0
@@ -117,7 +135,7 @@ redis.call('ZADD', base .. 'replicas', now + ttl, replica)
 local live_list = live_replicas(now)
 local live = {}
 for _, r in ipairs(live_list) do live[r] = true end
-local granted, stops = {}, {}
+local granted, stops = regranted, {}
 
 -- The owner and ticket of a waiting-set member '<order>|<replica>|<ticket>'.
 local function parse_member(member)
@@ -408,4 +426,6 @@ for _, lane in ipairs(lanes) do
   end
 end
 
-return {granted, running, tokens, waiting, #live_list, stops}
+local answer = {granted, running, tokens, waiting, #live_list, stops}
+redis.call('SET', last_key, cmsgpack.pack(seq, answer), 'PX', 3 * ttl)
+return answer
