@@ -71,6 +71,8 @@ class ClusterSpec:
             exactly 10 ms per output token, whatever else runs).
         max_num_seqs: the emulators' batch, far above every cap so that only the
             gateways limit concurrency.
+        extra: more keys of every gateway's config (``pressure``…); a ``distributed``
+            mapping is added to the distributed block.
     """
 
     models: tuple[ModelSetup, ...]
@@ -82,6 +84,7 @@ class ClusterSpec:
     timeout_ms: int = 250
     engine_preset: str = "independent"
     max_num_seqs: int = 64
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 def tenant_key(tenant: str) -> str:
@@ -215,6 +218,8 @@ def gateway_config(
             "timeout_ms": spec.timeout_ms,
             "replica_id": replica,
         }
+    for key, value in spec.extra.items():
+        config[key] = {**config[key], **value} if key == "distributed" else value
     return config
 
 
