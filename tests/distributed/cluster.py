@@ -315,10 +315,15 @@ def _start(spec: ClusterSpec, log_dir: Path, redis: RedisServer | None, cluster:
 
 
 @contextlib.contextmanager
-def running_cluster(spec: ClusterSpec, log_dir: Path) -> Iterator[Cluster]:
-    """Start the cluster, yield it, and end every process on exit, whatever happened."""
+def running_cluster(
+    spec: ClusterSpec, log_dir: Path, redis: RedisServer | None = None
+) -> Iterator[Cluster]:
+    """Start the cluster, yield it, and end every process on exit, whatever happened.
+    The gateways share ``redis`` when given (it may not be running yet), else one started
+    here."""
     with contextlib.ExitStack() as stack:
-        redis = stack.enter_context(running_redis()) if spec.shared_store else None
+        if redis is None and spec.shared_store:
+            redis = stack.enter_context(running_redis())
         cluster = Cluster(spec, redis)
         try:
             _start(spec, log_dir, redis, cluster)
