@@ -134,6 +134,7 @@ def test_distributed_settings_need_a_shared_store() -> None:
         ("timeout_ms", "0", "greater than 0"),
         ("replica_id", "'gw|1'", "pattern"),
         ("key_prefix", "'a b'", "pattern"),
+        ("expected_replicas", "0", "greater than or equal to 1"),
         ("lease_s", "5", "Extra inputs are not permitted"),
     ],
 )

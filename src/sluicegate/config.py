@@ -132,6 +132,12 @@ def redacted_store(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
+_EXPECTED_REPLICAS = (
+    "replicas sharing the store, for a replica that starts while it is down: fail_open keeps "
+    "1/expected_replicas of every limit; unset, 503 store_unavailable until it first answers"
+)
+
+
 class DistributedSpec(BaseModel):
     """Distributed mode: how this replica uses the shared store (``store: redis://...``)."""
 
@@ -162,6 +168,7 @@ class DistributedSpec(BaseModel):
         pattern=r"^[A-Za-z0-9_.:-]+$",
         description="this replica's name in the store; default hostname-pid-random",
     )
+    expected_replicas: int | None = Field(None, ge=1, le=10_000, description=_EXPECTED_REPLICAS)
 
 
 class Config(BaseModel):

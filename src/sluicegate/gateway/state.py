@@ -15,7 +15,7 @@ from sluicegate.gateway.clock import Clock, wall_anchored_clock
 from sluicegate.gateway.distributed.distributed_metrics import StoreMetrics
 from sluicegate.gateway.distributed.store_link import StoreLink
 from sluicegate.gateway.http_errors import GatewayError
-from sluicegate.gateway.ops.pressure_loop import PressureLoop
+from sluicegate.gateway.ops.pressure_loop import PressureLoop, fleet_lease
 from sluicegate.gateway.ops.pressure_metrics import PressureGauges
 from sluicegate.gateway.request.auth import KeyRing, only_bearer
 from sluicegate.gateway.request.gateway_metrics import GatewayMetrics
@@ -104,7 +104,8 @@ class GatewayState:
         )
         self.pressure: PressureLoop | None = None
         if config.pressure is not None:
-            self.pressure = PressureLoop(config.pressure, config.models, env)
+            lease = None if self.link is None else fleet_lease(config, self.link.replica)
+            self.pressure = PressureLoop(config.pressure, config.models, env, lease=lease)
             self.metrics.registry.register(PressureGauges(self.pressure, self.scheduler))
 
     def tenant_of(self, authorization: Sequence[str]) -> str:

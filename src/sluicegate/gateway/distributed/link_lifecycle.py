@@ -57,6 +57,8 @@ class LinkLifecycle(ABC):
     _client: StoreClient | None
     _resyncing: bool
     _tasks: set[asyncio.Task[None]]
+    # Whether the store has ever counted the replicas: until then a fallback knows no share.
+    _counted: bool = False
 
     @abstractmethod
     def _limits(self, model: str) -> ModelLimits:
@@ -83,7 +85,13 @@ class LinkLifecycle(ABC):
         """Send what was held back while rejoining."""
 
     def _fallback_mode(self) -> LinkMode:
-        if self.settings.on_store_failure == "fail_open":
+        """``on_store_failure``; but before the store first counted the replicas,
+        ``fail_open`` needs ``expected_replicas`` to know its share, and without it the
+        replica refuses (``fail_closed``) rather than admit at the whole limits."""
+        settings = self.settings
+        if settings.on_store_failure == "fail_open" and (
+            self._counted or settings.expected_replicas is not None
+        ):
             return LinkMode.FAIL_OPEN
         return LinkMode.FAIL_CLOSED
 
@@ -94,12 +102,16 @@ class LinkLifecycle(ABC):
         self.mode = self._fallback_mode()
         self._resyncing = False
         self._forget()
+        if not self._counted:
+            self.replicas = self.settings.expected_replicas or 1
         share = 1.0 / self.replicas
         effect = (
             f"local limits at 1/{self.replicas}"
             if self.mode is LinkMode.FAIL_OPEN
             else "refusing requests with 503 store_unavailable"
         )
+        if not self._counted:
+            effect += " until the store first answers"
         _log.warning("shared store unavailable (%s: %s): %s", op, exc, effect)
         if self.metrics is not None:
             self.metrics.transitions.labels(self.mode.value).inc()
@@ -154,6 +166,7 @@ class LinkLifecycle(ABC):
             self._fail(exc, "resync")
             return
         self._resyncing = False
+        self._counted = True
         _log.warning("shared store available: global mode, %d replica(s)", self.replicas)
         if self.metrics is not None:
             self.metrics.transitions.labels(LinkMode.GLOBAL.value).inc()

@@ -130,7 +130,9 @@ class StoreLink(LinkLifecycle):
 
     async def start(self, client: StoreClient) -> None:
         """Connect and enter global mode; if the store is unreachable, start in the fallback
-        (with no replica count learned yet, at the whole limits) and probe."""
+        and probe. No replica count is known yet: ``fail_open`` keeps 1/``expected_replicas``
+        of every limit, or without it refuses with 503 ``store_unavailable`` (as
+        ``fail_closed``) until the store first answers."""
         self._client = client
         try:
             await self.store.connect()
