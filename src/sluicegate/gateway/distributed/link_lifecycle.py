@@ -124,6 +124,23 @@ class LinkLifecycle(ABC):
             self._client.store_lost(fail_open=fail_open, share=share, limiter=limiter)
         self._spawn(self._probe())
 
+    def _retrying(self, exc: StoreUnavailableError, op: str, give_up: float) -> bool:
+        """After ``op`` failed: whether to send it again. A timeout is retried until
+        ``give_up`` (a busy event loop or a slow moment of the store is no reason to drop to
+        local limits; the scripts apply a retried call once); any other failure, or one past
+        ``give_up``, falls back."""
+        if exc.timed_out and time.monotonic() < give_up and self.mode is LinkMode.GLOBAL:
+            if self.metrics is not None:
+                self.metrics.retries.labels(op).inc()
+            return True
+        self._fail(exc, op)
+        return False
+
+    def _retry_budget_s(self) -> float:
+        """How long a timed-out call is retried: half a lease TTL (the replica's leases
+        stay live meanwhile: its heartbeats run apart) and at least two timeouts."""
+        return max(self.settings.lease_ttl_s / 2.0, 2.0 * self.settings.timeout_ms / 1000.0)
+
     def _probing(self) -> bool:
         return any(task.get_name() == "store-probe" for task in self._tasks)
 

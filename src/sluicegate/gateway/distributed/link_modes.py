@@ -24,9 +24,6 @@ GRANT_BLOCK_S = 1.0
 """How long one blocking pop of the grant lists waits."""
 STOP_PREFIX = "!"
 """Marks a stop on a grant list: ``!<ticket>`` (ticket ids are hex, never start with it)."""
-URGENCY_MARGIN_S = 0.002
-"""How long after a waiter's urgent time its replica syncs, so that the store (whose clock
-may lag by NTP's milliseconds) sees it urgent."""
 
 
 class LinkMode(enum.Enum):

@@ -40,11 +40,11 @@ from sluicegate.gateway.distributed.link_lifecycle import LinkLifecycle
 from sluicegate.gateway.distributed.link_modes import (
     MAX_OPS_PER_SYNC,
     STOP_PREFIX,
-    URGENCY_MARGIN_S,
     LinkMode,
     StoreClient,
     tenant_rates,
 )
+from sluicegate.gateway.distributed.urgency_timers import UrgencyTimers
 from sluicegate.store.redis_store import RedisStore
 from sluicegate.store.store_errors import StoreUnavailableError
 from sluicegate.store.types import (
@@ -124,7 +124,7 @@ class StoreLink(LinkLifecycle):
         self._resyncing = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._flushing: asyncio.Task[None] | None = None
-        self._urgent: dict[TicketId, asyncio.TimerHandle] = {}
+        self._urgency = UrgencyTimers(self._nudge)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -220,8 +220,9 @@ class StoreLink(LinkLifecycle):
             reserve.preempt_delay_s,
         )
         self._send(ticket.model, op)
-        if reserve.urgent_at is not None and self.mode is LinkMode.GLOBAL:
-            self._arm_urgency(ticket.model, ticket.id, reserve.urgent_at)
+        client = self._client
+        if reserve.urgent_at is not None and client is not None and self.mode is LinkMode.GLOBAL:
+            self._urgency.arm(ticket.model, ticket.id, reserve.urgent_at - client.now())
 
     def released(self, ticket_id: TicketId, served: tuple[int, int] | None, *, ended: bool) -> None:
         """A ticket left its slot or its queue: withdraw it or release its lease, and once it
@@ -231,7 +232,7 @@ class StoreLink(LinkLifecycle):
         tenant's counter; ``None`` when unknown (a client that left mid-answer):
         the admission charge stands and nothing is refunded.
         """
-        self._disarm_urgency(ticket_id)
+        self._urgency.disarm(ticket_id)
         held = self._held.get(ticket_id)
         if held is None:
             return
@@ -308,29 +309,12 @@ class StoreLink(LinkLifecycle):
                 for (limits, _), result in zip(batches, results, strict=True):
                     self.counts[limits.model] = result.counts
                     for ticket_id in result.granted:
-                        self._disarm_urgency(TicketId(ticket_id))
+                        self._urgency.disarm(TicketId(ticket_id))
                         client.granted(limits.model, TicketId(ticket_id))
                     for ticket_id in result.stops:
                         client.stop(TicketId(ticket_id))
         finally:
             self._flushing = None
-
-    def _retrying(self, exc: StoreUnavailableError, op: str, give_up: float) -> bool:
-        """After ``op`` failed: whether to send it again. A timeout is retried until
-        ``give_up`` (a busy event loop or a slow moment of the store is no reason to drop to
-        local limits; the scripts apply a retried call once); any other failure, or one past
-        ``give_up``, falls back."""
-        if exc.timed_out and time.monotonic() < give_up and self.mode is LinkMode.GLOBAL:
-            if self.metrics is not None:
-                self.metrics.retries.labels(op).inc()
-            return True
-        self._fail(exc, op)
-        return False
-
-    def _retry_budget_s(self) -> float:
-        """How long a timed-out call is retried: half a lease TTL (the replica's leases
-        stay live meanwhile: its heartbeats run apart) and at least two timeouts."""
-        return max(self.settings.lease_ttl_s / 2.0, 2.0 * self.settings.timeout_ms / 1000.0)
 
     def _next_batch(self) -> list[tuple[str, list[Offer | Drop | Refund]]]:
         """Take the next round trip's ops out of the outbox: all of them, up to
@@ -380,34 +364,17 @@ class StoreLink(LinkLifecycle):
         if item.startswith(STOP_PREFIX):
             client.stop(TicketId(item.removeprefix(STOP_PREFIX)))
             return
-        self._disarm_urgency(TicketId(item))
+        self._urgency.disarm(TicketId(item))
         client.granted(model, TicketId(item))
 
-    def _arm_urgency(self, model: str, ticket_id: TicketId, urgent_at: float) -> None:
-        """Sync ``model`` when a waiting ticket becomes urgent: the store preempts for it
-        at that sync (or a heartbeat's), so this bounds how late it does."""
-        client = self._client
-        assert client is not None
-        self._disarm_urgency(ticket_id)
-        delay = max(0.0, urgent_at - client.now()) + URGENCY_MARGIN_S
-        loop = asyncio.get_running_loop()
-        self._urgent[ticket_id] = loop.call_later(delay, self._urgent_now, model, ticket_id)
-
-    def _disarm_urgency(self, ticket_id: TicketId) -> None:
-        timer = self._urgent.pop(ticket_id, None)
-        if timer is not None:
-            timer.cancel()
-
-    def _urgent_now(self, model: str, ticket_id: TicketId) -> None:
-        self._urgent.pop(ticket_id, None)
+    def _nudge(self, model: str) -> None:
+        """A waiter of ``model`` turned urgent: sync it (the store preempts at the fill)."""
         if self.mode is LinkMode.GLOBAL:
             self._outbox.setdefault(model, [])
             self._release_offers()
 
     def _forget(self) -> None:
-        for timer in self._urgent.values():
-            timer.cancel()
-        self._urgent.clear()
+        self._urgency.clear()
         self._outbox.clear()
         for held in self._held.values():
             held.known = False
