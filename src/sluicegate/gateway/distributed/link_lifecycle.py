@@ -124,12 +124,19 @@ class LinkLifecycle(ABC):
             self._client.store_lost(fail_open=fail_open, share=share, limiter=limiter)
         self._spawn(self._probe())
 
-    def _retrying(self, exc: StoreUnavailableError, op: str, give_up: float) -> bool:
-        """After ``op`` failed: whether to send it again. A timeout is retried until
-        ``give_up`` (a busy event loop or a slow moment of the store is no reason to drop to
-        local limits; the scripts apply a retried call once); any other failure, or one past
-        ``give_up``, falls back."""
-        if exc.timed_out and time.monotonic() < give_up and self.mode is LinkMode.GLOBAL:
+    async def _retrying(self, exc: StoreUnavailableError, op: str, give_up: float) -> bool:
+        """After ``op`` failed: whether to send it again. A timeout is retried while the
+        store answers a ping, until ``give_up``: a busy event loop or a slow moment of the
+        store is no reason to drop to local limits, and the scripts apply a retried call
+        once. A store that answers no ping (stopped, gone), any other failure, or a timeout
+        past ``give_up`` falls back."""
+        if (
+            exc.timed_out
+            and time.monotonic() < give_up
+            and self.mode is LinkMode.GLOBAL
+            and await self._answers()
+            and self.mode is LinkMode.GLOBAL
+        ):
             if self.metrics is not None:
                 self.metrics.retries.labels(op).inc()
             return True
@@ -246,10 +253,9 @@ class LinkLifecycle(ABC):
                 self._deliver(model, item)
 
     async def _answers(self) -> bool:
-        """After a heartbeat failed: does the store answer a ping? A heartbeat slowed past
-        ``timeout_ms`` by a busy event loop is not worth a fallback (it owns no state a
-        retry could lose); a sync that fails falls back at once (its client is waiting, and
-        grants in its lost answer are given back only by the fallback's resync)."""
+        """After a call timed out or a listener failed: does the store answer a ping (within
+        ``timeout_ms``)? If it does, the call was slowed (a busy event loop, a busy store),
+        not lost, and is retried; if not, the store is stopped or gone."""
         try:
             await self.store.ping()
         except StoreUnavailableError:

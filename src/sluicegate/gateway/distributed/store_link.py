@@ -194,7 +194,7 @@ class StoreLink(LinkLifecycle):
                 wait = await self.store.take(rates, tokens, request=ticket.id)
                 break
             except StoreUnavailableError as exc:
-                if not self._retrying(exc, "take", give_up):
+                if not await self._retrying(exc, "take", give_up):
                     return None
         self._observe("take", started)
         if wait == 0.0:
@@ -299,7 +299,7 @@ class StoreLink(LinkLifecycle):
                         results = await self.store.sync(batches, seq=seq)
                         break
                     except StoreUnavailableError as exc:
-                        if not self._retrying(exc, "sync", give_up):
+                        if not await self._retrying(exc, "sync", give_up):
                             return
                         # Refunds are not fenced: if the first attempt ran they were made.
                         batches = [(limits, _no_refunds(ops)) for limits, ops in batches]
