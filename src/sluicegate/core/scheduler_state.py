@@ -18,7 +18,7 @@ from sluicegate.core.ratelimit import TenantRateLimiter
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
 from sluicegate.core.spec import SchedulerSpec
 from sluicegate.core.ticket import Ticket, TicketId
-from sluicegate.core.views import LaneView, ModelView, view_model
+from sluicegate.core.views import LaneView, ModelView, tenants_running, view_model
 
 
 class SchedulerState:
@@ -98,6 +98,10 @@ class SchedulerState:
         """The model's running tickets with their token costs (re-written to a returning store)."""
         entries = self._model(model).running_entries.values()
         return [(entry.ticket, entry.cost_tokens) for entry in entries]
+
+    def tenants_running(self, model: str) -> dict[tuple[str, str], int]:
+        """The model's running requests per (tenant, lane) (``views.tenants_running``)."""
+        return tenants_running(self._model(model))
 
     def counter(self, model: str, lane: str, tenant: str) -> float | None:
         """The tenant's fair-share counter in a lane with ``vtc`` fairness, else ``None``."""

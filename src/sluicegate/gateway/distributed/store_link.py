@@ -43,6 +43,7 @@ from sluicegate.gateway.distributed.link_modes import (
     StoreClient,
     tenant_rates,
 )
+from sluicegate.gateway.distributed.link_view import LinkView
 from sluicegate.store.redis_store import RedisStore
 from sluicegate.store.store_errors import StoreUnavailableError
 from sluicegate.store.types import (
@@ -107,6 +108,7 @@ class StoreLink(LinkLifecycle):
             )
             for model in scheduler.spec.models
         }
+        self.view = LinkView(self.mode.value, open_store, self._lanes, tenants)
         self._client: StoreClient | None = None
         self._held: dict[TicketId, _Held] = {}
         self._outbox: dict[str, list[Offer | Drop | Refund]] = {}
@@ -135,6 +137,7 @@ class StoreLink(LinkLifecycle):
             with contextlib.suppress(asyncio.CancelledError, StoreUnavailableError):
                 await task
         await self.store.close()
+        await self.view.close()
 
     @property
     def is_global(self) -> bool:
@@ -144,7 +147,8 @@ class StoreLink(LinkLifecycle):
     def status(self) -> dict[str, object]:
         """The link's state for ``/admin/state``: mode (``global``, ``rejoining`` while it
         writes its leases back and waits for the other replicas, ``fail_open``,
-        ``fail_closed``), replica and session, replica count, the global counts."""
+        ``fail_closed``), replica and session, replica count, the global counts, and what
+        ``LinkView.status`` adds (since when, fallbacks, last sync, tenants' running counts)."""
         return {
             "kind": "redis",
             "mode": "rejoining" if self._resyncing else self.mode.value,
@@ -160,7 +164,14 @@ class StoreLink(LinkLifecycle):
                 }
                 for model, counts in self.counts.items()
             },
+            **self.view.status(),
         }
+
+    async def read_global_tenants(self) -> None:
+        """In global mode, refresh the store's running tickets per tenant for ``status`` and
+        the metrics (``LinkView.read_tenants``: for ``/admin/state`` and ``/metrics``)."""
+        if self.is_global:
+            await self.view.read_tenants(self.store.replica)
 
     # ------------------------------------------------------------------ driver calls
 
