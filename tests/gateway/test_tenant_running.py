@@ -135,6 +135,13 @@ def modes(base_url: str) -> dict[str, float]:
     return {dict(labels)["mode"]: value for labels, value in found.items()}
 
 
+def every_replica_in(trio: Trio, mode: str, within_s: float) -> None:
+    """Wait until every replica's link is in ``mode``; fail naming the first that is not."""
+    for replica in range(3):
+        url = trio.url(replica)
+        assert wait_until(lambda u=url: view(u)["mode"] == mode, within_s), view(url)
+
+
 def test_each_replica_reports_its_mode_since_when_its_last_sync_and_its_fallbacks(
     trio: Trio,
 ) -> None:
@@ -157,9 +164,7 @@ def test_each_replica_reports_its_mode_since_when_its_last_sync_and_its_fallback
 
     trio.redis.pause()
     try:
-        for replica in range(3):
-            fell = wait_until(lambda r=replica: view(trio.url(r))["mode"] == "fail_open", 5.0)
-            assert fell, view(trio.url(replica))
+        every_replica_in(trio, "fail_open", 5.0)
         during = view(url)
         assert during["fallbacks"] == 1
         assert during["mode_since"] > before["mode_since"]
@@ -170,9 +175,7 @@ def test_each_replica_reports_its_mode_since_when_its_last_sync_and_its_fallback
         assert later["last_sync"]["age_s"] >= during["last_sync"]["age_s"] + 0.25
     finally:
         trio.redis.resume()
-    for replica in range(3):
-        back = wait_until(lambda r=replica: view(trio.url(r))["mode"] == "global", 10.0)
-        assert back, view(trio.url(replica))
+    every_replica_in(trio, "global", 10.0)
     after = view(url)
     assert after["fallbacks"] == 1
     assert after["mode_since"] > during["mode_since"]
