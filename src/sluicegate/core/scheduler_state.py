@@ -19,7 +19,13 @@ from sluicegate.core.ratelimit import TenantRateLimiter
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
 from sluicegate.core.spec import SchedulerSpec
 from sluicegate.core.ticket import Ticket, TicketId
-from sluicegate.core.views import LaneView, ModelView, RunningLease, view_model
+from sluicegate.core.views import (
+    LaneView,
+    ModelView,
+    RunningLease,
+    tenants_running,
+    view_model,
+)
 
 
 class SchedulerState:
@@ -110,6 +116,10 @@ class SchedulerState:
             left = None if delay is None else max(0.0, entry.admitted_at + delay - now)
             leases.append(RunningLease(entry.ticket, entry.cost_tokens, left, entry.borrowed))
         return leases
+
+    def tenants_running(self, model: str) -> dict[tuple[str, str], int]:
+        """The model's running requests per (tenant, lane) (``views.tenants_running``)."""
+        return tenants_running(self._model(model))
 
     def counter(self, model: str, lane: str, tenant: str) -> float | None:
         """The tenant's fair-share counter in a lane with ``vtc`` fairness, else ``None``."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from sluicegate.config import Config
 from sluicegate.core.scheduler import Scheduler
@@ -97,6 +97,12 @@ class GatewayState:
                 is_global=lambda: link.is_global,
                 replicas=lambda: link.replicas,
                 counts=lambda: link.counts,
+                view=link.view,
+                exposed_tenant=(
+                    None
+                    if config.server.metrics_tenant_label == "none"
+                    else self.metrics.exposed_tenant
+                ),
             )
         self.upstream = Upstream(
             connect_timeout_s=config.server.upstream_connect_timeout_s,
@@ -118,6 +124,11 @@ class GatewayState:
         if tenant is None:
             raise GatewayError(401, "invalid_api_key", "missing or unknown API key")
         return tenant
+
+    @property
+    def configured_tenants(self) -> Collection[str]:
+        """The configured tenants' names (state and metrics show any other as ``other``)."""
+        return self._tenants.keys()
 
     def tenant_spec(self, tenant: str) -> TenantSpec:
         """The tenant's scheduling settings (defaults for the anonymous tenant)."""

@@ -77,9 +77,9 @@ from sluicegate.store.keys import check_replica_id, grants_key, model_base, rate
 from sluicegate.store.lua import Call, LimitScripts, milliseconds, sync_args, sync_result
 from sluicegate.store.resp import RespClient
 from sluicegate.store.store_errors import StoreUnavailableError
+from sluicegate.store.tenant_counts import ModelCounts, counts_args, parse_counts
 from sluicegate.store.types import (
     Drop,
-    GlobalCounts,
     Lease,
     ModelLimits,
     Offer,
@@ -368,27 +368,9 @@ class RedisStore:
             grants += [(keys[name], str(drained)) for drained in tickets or ()]
         return grants
 
-    async def counts(self, limits: ModelLimits) -> GlobalCounts:
-        """The model's global counts, with running and waiting tickets per lane.
-
-        Every lane of ``limits`` is listed (0 when idle), and so is any other
-        lane with running tickets; ``waiting`` counts the lanes of ``limits``.
-        """
-        args: list[str | int | float] = [len(limits.lanes)]
-        for lane in limits.lanes:
-            args += [lane.name, int(lane.fair)]
-        call: Call = (self._scripts["counts"], [model_base(self._prefix, limits.model)], args)
-        (reply,) = await self._run([call])
-        lanes_running = dict.fromkeys((lane.name for lane in limits.lanes), 0)
-        lanes_waiting = dict(lanes_running)
-        for pairs, target in ((reply[4], lanes_running), (reply[5], lanes_waiting)):
-            for index in range(0, len(pairs), 2):
-                target[pairs[index]] = int(pairs[index + 1])
-        return GlobalCounts(
-            running=int(reply[0]),
-            inflight_tokens=int(reply[1]),
-            waiting=int(reply[2]),
-            replicas=int(reply[3]),
-            lanes_running=lanes_running,
-            lanes_waiting=lanes_waiting,
-        )
+    async def counts(self, limits: ModelLimits) -> ModelCounts:
+        """The model's global counts, with running tickets per lane and per tenant and
+        waiting tickets per lane (``store/tenant_counts.py``); read-only, O(running tickets)."""
+        model = [model_base(self._prefix, limits.model)]
+        (reply,) = await self._run([(self._scripts["counts"], model, counts_args(limits))])
+        return parse_counts(limits, reply)

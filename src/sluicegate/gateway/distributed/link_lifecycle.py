@@ -33,6 +33,7 @@ from sluicegate.gateway.distributed.link_modes import (
     StoreClient,
     distinct_replicas,
 )
+from sluicegate.gateway.distributed.link_view import LinkView
 from sluicegate.store.redis_store import RedisStore
 from sluicegate.store.store_errors import StoreUnavailableError
 from sluicegate.store.types import LaneLimits, Lease, ModelLimits
@@ -51,6 +52,7 @@ class LinkLifecycle(ABC):
     mode: LinkMode
     replicas: int
     metrics: StoreMetrics | None
+    view: LinkView
     _open_store: Callable[[str], RedisStore]
     _tenants: Mapping[str, TenantSpec]
     _lanes: Mapping[str, tuple[LaneLimits, ...]]
@@ -101,6 +103,7 @@ class LinkLifecycle(ABC):
             return
         self.mode = self._fallback_mode()
         self._resyncing = False
+        self.view.fell_back(self.mode.value)
         self._forget()
         if not self._counted:
             self.replicas = self.settings.expected_replicas or 1
@@ -180,6 +183,7 @@ class LinkLifecycle(ABC):
         assert client is not None
         self.mode = LinkMode.GLOBAL
         self._resyncing = True
+        self.view.entered("rejoining")
         client.store_restored()
         try:
             for model in self._lanes:
@@ -191,6 +195,7 @@ class LinkLifecycle(ABC):
             return
         self._resyncing = False
         self._counted = True
+        self.view.entered(LinkMode.GLOBAL.value)
         _log.warning("shared store available: global mode, %d replica(s)", self.replicas)
         if self.metrics is not None:
             self.metrics.transitions.labels(LinkMode.GLOBAL.value).inc()
@@ -263,8 +268,11 @@ class LinkLifecycle(ABC):
         return True
 
     def _observe(self, op: str, started: float) -> None:
+        elapsed = time.perf_counter() - started
+        if op == "sync":
+            self.view.synced(elapsed)
         if self.metrics is not None:
-            self.metrics.round_trip.labels(op).observe(time.perf_counter() - started)
+            self.metrics.round_trip.labels(op).observe(elapsed)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)

@@ -9,7 +9,8 @@ from typing import Protocol
 from sluicegate.core.ratelimit import TenantRateLimiter, tenant_buckets
 from sluicegate.core.spec import TenantSpec
 from sluicegate.core.ticket import TicketId
-from sluicegate.store.types import TenantRates
+from sluicegate.core.views import RunningLease
+from sluicegate.store.types import Lease, TenantRates
 
 PROBE_INTERVAL_S = 0.5
 """How often a replica in a fallback asks whether the store is back."""
@@ -72,4 +73,19 @@ def tenant_rates(tenant: TenantSpec) -> TenantRates:
         1.0 if requests is None else requests.burst,
         None if tokens is None else tokens.rate_per_s,
         1.0 if tokens is None else tokens.burst,
+    )
+
+
+def store_lease(running: RunningLease, weight: float) -> Lease:
+    """A running ticket as ``resync`` writes it back to a returning store."""
+    ticket = running.ticket
+    return Lease(
+        ticket.id,
+        ticket.lane,
+        ticket.tenant,
+        weight,
+        running.cost_tokens,
+        ticket.priority,
+        running.preemptible_in_s,
+        running.borrowed,
     )

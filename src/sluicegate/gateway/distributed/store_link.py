@@ -42,8 +42,10 @@ from sluicegate.gateway.distributed.link_modes import (
     STOP_PREFIX,
     LinkMode,
     StoreClient,
+    store_lease,
     tenant_rates,
 )
+from sluicegate.gateway.distributed.link_view import LinkView
 from sluicegate.gateway.distributed.urgency_timers import UrgencyTimers
 from sluicegate.store.redis_store import RedisStore
 from sluicegate.store.store_errors import StoreUnavailableError
@@ -118,6 +120,7 @@ class StoreLink(LinkLifecycle):
             )
             for model in scheduler.spec.models
         }
+        self.view = LinkView(self.mode.value, open_store, self._lanes, tenants)
         self._client: StoreClient | None = None
         self._held: dict[TicketId, _Held] = {}
         self._outbox: dict[str, list[Offer | Drop | Refund]] = {}
@@ -149,6 +152,7 @@ class StoreLink(LinkLifecycle):
             with contextlib.suppress(asyncio.CancelledError, StoreUnavailableError):
                 await task
         await self.store.close()
+        await self.view.close()
 
     @property
     def is_global(self) -> bool:
@@ -158,7 +162,8 @@ class StoreLink(LinkLifecycle):
     def status(self) -> dict[str, object]:
         """The link's state for ``/admin/state``: mode (``global``, ``rejoining`` while it
         writes its leases back and waits for the other replicas, ``fail_open``,
-        ``fail_closed``), replica and session, replica count, the global counts."""
+        ``fail_closed``), replica and session, replica count, the global counts, and what
+        ``LinkView.status`` adds (since when, fallbacks, last sync, tenants' running counts)."""
         return {
             "kind": "redis",
             "mode": "rejoining" if self._resyncing else self.mode.value,
@@ -174,7 +179,14 @@ class StoreLink(LinkLifecycle):
                 }
                 for model, counts in self.counts.items()
             },
+            **self.view.status(),
         }
+
+    async def read_global_tenants(self) -> None:
+        """In global mode, refresh the store's running tickets per tenant for ``status`` and
+        the metrics (``LinkView.read_tenants``: for ``/admin/state`` and ``/metrics``)."""
+        if self.is_global:
+            await self.view.read_tenants(self.store.replica)
 
     # ------------------------------------------------------------------ driver calls
 
@@ -337,24 +349,10 @@ class StoreLink(LinkLifecycle):
     def _leases(self, model: str) -> list[Lease]:
         client = self._client
         assert client is not None
-        leases = []
-        for running in self._scheduler.running_leases(model, client.now()):
-            ticket = running.ticket
-            self._hold(ticket).known = True
-            weight = self._weight(ticket)
-            leases.append(
-                Lease(
-                    ticket.id,
-                    ticket.lane,
-                    ticket.tenant,
-                    weight,
-                    running.cost_tokens,
-                    ticket.priority,
-                    running.preemptible_in_s,
-                    running.borrowed,
-                )
-            )
-        return leases
+        running = self._scheduler.running_leases(model, client.now())
+        for lease in running:
+            self._hold(lease.ticket).known = True
+        return [store_lease(lease, self._weight(lease.ticket)) for lease in running]
 
     def _deliver(self, model: str, item: str) -> None:
         """What another replica's sync pushed to this one's grant list: a grant, or
