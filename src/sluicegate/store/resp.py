@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from redis.exceptions import (
     AuthenticationError,
@@ -38,7 +38,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from sluicegate.errors import SluicegateError
 from sluicegate.store.redis_url import parse_redis_url, tls_context
 
-__all__ = ["RespClient", "RespParser", "encode_commands"]
+__all__ = ["Pipelined", "RespClient", "RespParser", "encode_commands"]
 
 Arg = str | int | float | bytes
 _ERROR_CLASSES: dict[str, type[ResponseError] | type[RedisConnectionError]] = {
@@ -217,6 +217,19 @@ class _RespProtocol(asyncio.Protocol):
                 entry.future.set_exception(type(error)(*error.args))
         if self.transport is not None:
             self.transport.abort()
+
+
+class Pipelined(Protocol):
+    """What the store runs its commands on (``RespClient``)."""
+
+    async def execute(self, commands: Sequence[Sequence[Arg]], deadline: float) -> list[Any]:
+        """``commands``' replies in order, error replies as exception objects (see
+        ``RespClient.execute``)."""
+        ...
+
+    def close(self) -> None:
+        """Drop the connections (pending calls fail); idempotent."""
+        ...
 
 
 class RespClient:
