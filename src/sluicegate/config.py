@@ -162,6 +162,9 @@ class DistributedSpec(BaseModel):
         pattern=r"^[A-Za-z0-9_.:-]+$",
         description="this replica's name in the store; default hostname-pid-random",
     )
+    cluster: bool = Field(
+        False, description="the store URL names a node of a Redis Cluster (or Valkey cluster)"
+    )
 
 
 class Config(BaseModel):
@@ -217,6 +220,10 @@ class Config(BaseModel):
                 "distributed: is set but store is 'memory'; distributed mode needs a shared "
                 "store, e.g. store: redis://host:6379/0"
             )
+        if self.distributed.cluster:
+            from sluicegate.store.redis_url import check_cluster_url
+
+            check_cluster_url(self.store)
         names = [model.name for model in self.models]
         if len(set(names)) != len(names):
             raise ValueError(f"model names must be unique, got {names}")
@@ -242,6 +249,11 @@ class Config(BaseModel):
             raise ValueError(
                 "batches.path: in distributed mode batch state lives in the shared store "
                 "(store:), so that every replica serves every batch; remove batches.path"
+            )
+        if batches.store is None and self.distributed.cluster:
+            raise ValueError(
+                "batches.store: the batch lane's Redis backend does not speak the cluster "
+                "protocol; with distributed.cluster give it a plain Redis (redis://host:port/0)"
             )
         if batches.store is not None and not self.shared_store:
             raise ValueError(

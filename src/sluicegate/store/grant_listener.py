@@ -4,11 +4,13 @@ Other replicas' syncs push the tickets they grant to this replica onto its grant
 each model (``keys.grants_key``). The listener waits on those lists with ``BLPOP`` on
 connections of its own (a blocking pop holds its connection), then drains what else is
 there with ``LPOP`` on the same connection, so a model's grants come back in the order
-they were pushed. A ``Router`` groups the lists one blocking pop may name together (on
-one Redis, ``OneNode``: every model's list in one pop); a call returns as soon as one
-pop has something, and the others stay in flight: what they pop later is returned by
-the next call (nothing popped is dropped while the listener lives; a call cancelled, or
-``close``, drops the connections, so that Redis unblocks the pops).
+they were pushed. On one Redis, one pop waits on every model's list. In a Redis Cluster
+a blocking pop may name the keys of one slot only, so there is one pop per slot (per
+model, in practice: ``ClusterClient.route``), each on a connection to that slot's
+master; a call returns as soon as one of them has popped, and the others stay in flight:
+what they pop later is returned by the next call (nothing popped is dropped while the
+listener lives; a call cancelled, or ``close``, drops the connections, so that Redis
+unblocks the pops).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ _Group = tuple[str, tuple[str, ...]]
 
 
 class Router(Protocol):
-    """Where the grant lists are (``OneNode``: on the one Redis of the store URL)."""
+    """Where the grant lists are: ``OneNode`` or ``ClusterClient``."""
 
     async def route(self, keys: Sequence[str], deadline: float) -> list[tuple[str, list[str]]]:
         """``keys`` in groups that one blocking pop may name, each with its node's URL."""

@@ -55,6 +55,10 @@ serves on the order of 25,000 requests/s.
 
 Memory pressure: the scripts run while Redis is at its ``maxmemory``; see ``store/lua.py``.
 
+Redis Cluster (``cluster=True``): each call goes to the master of its key's slot, a
+pipeline split per master (``store/cluster_client.py``); a round trip then lasts as long
+as its slowest master, and ``timeout_s`` bounds each.
+
 Sizing. A waiting ticket takes about 340 bytes of Redis memory (fifo order,
 32-character replica id; about 410 with a 3-float order in a ``vtc`` lane of 100
 tenants: ``MEMORY USAGE`` over 10,000 waiting tickets); a running one about 110
@@ -70,6 +74,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
 
+from sluicegate.store.cluster_client import ClusterClient
 from sluicegate.store.grant_listener import GrantListener, OneNode
 from sluicegate.store.keys import check_replica_id, grants_key, model_base, rate_key
 from sluicegate.store.lua import Call, LimitScripts, sync_args
@@ -118,6 +123,7 @@ class RedisStore:
         replica: str,
         lease_ttl_s: float = 5.0,
         timeout_s: float = 0.05,
+        cluster: bool = False,
     ) -> None:
         if not 0.0 < lease_ttl_s < math.inf or not 0.0 < timeout_s < math.inf:
             raise ValueError("lease_ttl_s and timeout_s must be positive and finite")
@@ -126,6 +132,7 @@ class RedisStore:
         self._replica = check_replica_id(replica)
         self._ttl_ms = max(1, round(lease_ttl_s * 1000.0))
         self._timeout_s = timeout_s
+        self._cluster = cluster
         self._client: Pipelined | None = None
         self._grants: GrantListener | None = None
         self._grant_models: dict[str, str] = {}
@@ -139,9 +146,13 @@ class RedisStore:
     async def connect(self) -> None:
         """Create the clients, register the scripts and ping (``StoreUnavailableError`` if down)."""
         if self._client is None:
-            # Hot path (every sync, take and heartbeat): the lean pipelined client.
-            self._client = RespClient(self._url, connect_timeout_s=self._timeout_s)
-            router = OneNode(self._url)
+            # Hot path (every sync, take and heartbeat): the lean pipelined client(s).
+            router: ClusterClient | OneNode
+            if self._cluster:
+                self._client = router = ClusterClient(self._url, connect_timeout_s=self._timeout_s)
+            else:
+                self._client = RespClient(self._url, connect_timeout_s=self._timeout_s)
+                router = OneNode(self._url)
             self._grants = GrantListener(router, connect_timeout_s=self._timeout_s)
             self._scripts.reset()
         await self.ping()
@@ -176,7 +187,7 @@ class RedisStore:
             raise StoreUnavailableError(f"redis store: {type(error).__name__}: {error}") from error
 
     async def ping(self) -> None:
-        """One round trip to the store."""
+        """One round trip to the store (in a cluster, to every master at once)."""
         main = self._main()
         (reply,) = await self._guarded(main.execute([["PING"]], self._deadline()))
         if isinstance(reply, Exception):
@@ -302,8 +313,8 @@ class RedisStore:
         """Wait up to ``block_s`` for grants to this replica; ``(model, ticket)`` pairs.
 
         Blocks on this replica's grant lists of all ``models`` on a connection
-        of its own (``store/grant_listener.py``), then drains what else is there.
-        Returns ``[]`` when nothing came within ``block_s``.
+        of its own (in a cluster, one per slot: ``store/grant_listener.py``), then
+        drains what else is there. Returns ``[]`` when nothing came within ``block_s``.
         """
         if not 0.0 < block_s < math.inf:
             raise ValueError(f"block_s must be positive and finite, got {block_s}")
