@@ -162,6 +162,7 @@ def _store_link(
             replica=replica,
             lease_ttl_s=settings.lease_ttl_s,
             timeout_s=settings.timeout_ms / 1000.0,
+            cluster=settings.cluster,
         )
 
     replica = settings.replica_id or default_replica_id()

@@ -27,7 +27,7 @@ from typing import Any
 from redis.exceptions import NoScriptError, ResponseError
 
 from sluicegate.store.order import encode_order
-from sluicegate.store.resp import Arg, RespClient
+from sluicegate.store.resp import Arg, Pipelined
 from sluicegate.store.store_errors import StoreUnavailableError
 from sluicegate.store.types import Drop, GlobalCounts, ModelLimits, Offer, Refund, SyncResult
 
@@ -154,7 +154,7 @@ def sync_result(reply: list[Any]) -> SyncResult:
     )
 
 
-async def _pipeline(client: RespClient, calls: Sequence[Call], deadline: float) -> list[Any]:
+async def _pipeline(client: Pipelined, calls: Sequence[Call], deadline: float) -> list[Any]:
     commands: list[list[Arg]] = [
         ["EVALSHA", script.sha, len(keys), *keys, *args] for script, keys, args in calls
     ]
@@ -179,7 +179,7 @@ class LimitScripts:
 
     async def load(
         self,
-        main: Callable[[], RespClient],
+        main: Callable[[], Pipelined],
         deadline: float,
         scripts: Sequence[Script] | None = None,
     ) -> None:
@@ -208,7 +208,7 @@ class LimitScripts:
             script.sha = sha
 
     async def run(
-        self, main: Callable[[], RespClient], calls: Sequence[Call], deadline: float
+        self, main: Callable[[], Pipelined], calls: Sequence[Call], deadline: float
     ) -> list[Any]:
         """Run script calls in one pipeline; reload the scripts a restarted Redis lost and
         retry their calls. A reply that is an error is raised."""

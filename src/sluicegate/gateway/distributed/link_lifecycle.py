@@ -20,7 +20,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
-from sluicegate.config import DistributedSpec
 from sluicegate.core.ratelimit import TenantRateLimiter
 from sluicegate.core.spec import TenantSpec
 from sluicegate.gateway.distributed.distributed_metrics import StoreMetrics
@@ -35,6 +34,7 @@ from sluicegate.gateway.distributed.link_modes import (
 )
 from sluicegate.gateway.distributed.link_view import LinkView
 from sluicegate.store.redis_store import RedisStore
+from sluicegate.store.store_config import DistributedSpec
 from sluicegate.store.store_errors import StoreUnavailableError
 from sluicegate.store.types import LaneLimits, Lease, ModelLimits
 

@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from sluicegate.config import DistributedSpec
 from sluicegate.core.decisions import Reserve
 from sluicegate.core.fair_queue import VTC_INPUT_WEIGHT, VTC_OUTPUT_WEIGHT
 from sluicegate.core.scheduler import Scheduler
@@ -48,6 +47,7 @@ from sluicegate.gateway.distributed.link_modes import (
 from sluicegate.gateway.distributed.link_view import LinkView
 from sluicegate.gateway.distributed.urgency_timers import UrgencyTimers
 from sluicegate.store.redis_store import RedisStore
+from sluicegate.store.store_config import DistributedSpec
 from sluicegate.store.store_errors import StoreUnavailableError
 from sluicegate.store.types import (
     Drop,

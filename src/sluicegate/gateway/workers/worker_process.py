@@ -21,10 +21,11 @@ from typing import Literal
 
 import orjson
 
-from sluicegate.config import Config, ConfigError, DistributedSpec, load_config
+from sluicegate.config import Config, ConfigError, load_config
 from sluicegate.gateway.app import serve
 from sluicegate.gateway.distributed.siblings import WORKER_ENV, WorkerTopology
 from sluicegate.gateway.workers.private_redis import die_with_parent
+from sluicegate.store.store_config import DistributedSpec
 
 CONFIG_ERROR_EXIT = 3
 """A worker's exit code when the config it reloaded is invalid."""
