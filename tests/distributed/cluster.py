@@ -28,6 +28,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from sluicegate.demo.processes import free_port
+from tests.store.redis_cluster import RedisCluster
 from tests.store.redis_server import RedisServer, running_redis
 
 ADMIN_KEY = "distributed-admin-key"
@@ -231,7 +232,7 @@ class Cluster:
     """
 
     spec: ClusterSpec
-    redis: RedisServer | None
+    redis: RedisServer | RedisCluster | None
     engines: dict[str, Child] = field(default_factory=dict)
     gateways: list[Child] = field(default_factory=list)
 
@@ -290,7 +291,9 @@ def _get_json(url: str) -> dict[str, Any]:
     return data
 
 
-def _start(spec: ClusterSpec, log_dir: Path, redis: RedisServer | None, cluster: Cluster) -> None:
+def _start(
+    spec: ClusterSpec, log_dir: Path, redis: RedisServer | RedisCluster | None, cluster: Cluster
+) -> None:
     env = {ADMIN_KEY_ENV: ADMIN_KEY} | {
         f"SG_KEY_{i}": tenant_key(str(t["name"])) for i, t in enumerate(spec.tenants)
     }
@@ -316,7 +319,7 @@ def _start(spec: ClusterSpec, log_dir: Path, redis: RedisServer | None, cluster:
 
 @contextlib.contextmanager
 def running_cluster(
-    spec: ClusterSpec, log_dir: Path, redis: RedisServer | None = None
+    spec: ClusterSpec, log_dir: Path, redis: RedisServer | RedisCluster | None = None
 ) -> Iterator[Cluster]:
     """Start the cluster, yield it, and end every process on exit, whatever happened.
     The gateways share ``redis`` when given (it may not be running yet), else one started

@@ -28,6 +28,7 @@ from tests.distributed.cluster import (
     running_cluster,
 )
 from tests.distributed.load import Reply, client
+from tests.store.redis_cluster import running_cluster as running_redis_cluster
 
 pytestmark = pytest.mark.distributed
 
@@ -93,11 +94,22 @@ def single_latency(tmp_path_factory: pytest.TempPathFactory) -> float:
     return statistics.median(r.latency_s for r in shorts)
 
 
-@pytest.fixture(scope="module")
-def three_replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Three gateways on one Redis."""
-    spec = ClusterSpec(models=(MODEL,), tenants=TENANTS, gateways=3)
-    with running_cluster(spec, tmp_path_factory.mktemp("three")) as cluster:
+@pytest.fixture(scope="module", params=["redis", "redis-cluster"])
+def three_replicas(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    """Three gateways on one Redis, then on a Redis Cluster of six nodes (three masters)."""
+    if request.param == "redis":
+        spec = ClusterSpec(models=(MODEL,), tenants=TENANTS, gateways=3)
+        with running_cluster(spec, tmp_path_factory.mktemp("three")) as cluster:
+            yield cluster
+        return
+    extra = {"distributed": {"cluster": True}}
+    spec = ClusterSpec(models=(MODEL,), tenants=TENANTS, gateways=3, extra=extra)
+    with (
+        running_redis_cluster() as nodes,
+        running_cluster(spec, tmp_path_factory.mktemp("three-cluster"), redis=nodes) as cluster,
+    ):
         yield cluster
 
 
