@@ -37,13 +37,14 @@ $(LLAMA_SERVER): | $(STAMP)
 llama-server: $(LLAMA_SERVER)
 
 # Programs the tests run for real, from Debian's packages when missing (CI runs as root, no
-# stdin): redis-server (distributed mode; each test starts its own on a free port), promtool and
+# stdin): redis-server (distributed mode; each test starts its own on a free port) and redis-cli
+# (the cluster tests create their own Redis Cluster with it), promtool and
 # prometheus (the alert rules and a live Prometheus), chromium (the dashboard in a real browser),
 # kubectl (rendering the manifests; Debian's kubernetes-client is an old kubectl, so prefer your
 # distribution's or the Kubernetes project's). A policy-rc.d that exits 101 keeps the packages
 # from starting system services. A no-op when every command is present.
-SYSTEM_DEPS := redis-server:redis-server promtool:prometheus prometheus:prometheus \
-	chromium:chromium kubectl:kubernetes-client cmake:cmake
+SYSTEM_DEPS := redis-server:redis-server redis-cli:redis-tools promtool:prometheus \
+	prometheus:prometheus chromium:chromium kubectl:kubernetes-client cmake:cmake
 system-deps:
 	@missing=; for pair in $(SYSTEM_DEPS); do \
 	  command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; \

@@ -33,14 +33,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
-import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
-from redis.asyncio import Redis
 from rich.console import Console
 
 from distributed_load import (
@@ -50,15 +46,16 @@ from distributed_load import (
     fire,
     handoff,
     interleaved,
-    park,
 )
+from distributed_preemption import preemption, start_preemption
+from distributed_sizing import sizing
 from distributed_stack import (
     FAST_MODEL,
     HANDOFF_MODEL,
     KEYS,
     Bench,
+    Fleet,
     Meter,
-    fleet_keys,
     idle_cores,
     link_state,
     redis_commands,
@@ -81,14 +78,12 @@ from tables import Grid, cells, percentile_ms
 
 SECTION = "bench_distributed"
 HOLD_TOKENS, WAIT_TOKENS, GAP_S = 4, 1, 0.015
-HOLD_FOR_PARKING_TOKENS = 6000  # 60 s on the ``independent`` engine
-QUEUE_KEY = "{one:h}:q:interactive"
 MODES: dict[str, dict[str, object]] = {
     "quick": {"latency_s": 4.0, "warmup": 60, "idle_s": 1.5, "step_s": 1.5, "refine": 1}
-    | {"handoffs": 40, "parked": [1000]},
+    | {"handoffs": 40, "parked": [1000], "preempt_rounds": 3},
     "smoke": {"rates": [50.0], "latency_s": 1.0, "warmup": 20, "idle_s": 0.5, "step_s": 1.0}
     | {"start_rate": 100.0, "max_rate": 100.0, "refine": 0, "pause_s": 0.1, "handoffs": 5}
-    | {"parked": [200]},
+    | {"parked": [200], "preempt_rounds": 1},
 }
 """Settings of ``--quick`` and ``--smoke`` (each unless given on the command line)."""
 
@@ -229,58 +224,6 @@ async def handoffs(bench: Bench, args: argparse.Namespace, console: Console) -> 
     return title, cells(headers), rows
 
 
-# ---------------------------------------------------------------------- sizing
-
-
-async def sizing(bench: Bench, args: argparse.Namespace, console: Console) -> Grid:
-    """Phase 4: Redis memory per waiting ticket, each of ``args.parked`` tickets parked in
-    turn in ``one`` (after the previous ones left and the store emptied)."""
-    redis = Redis.from_url(bench.redis.url)
-    rows = []
-    async with client_session(600.0) as session:
-        for n in args.parked:
-            deadline = time.monotonic() + 30.0
-            while await redis.zcard(QUEUE_KEY) and time.monotonic() < deadline:
-                await asyncio.sleep(0.5)
-            with console.status(f"parking {n} tickets…"):
-                rows.append(await _park_row(bench, redis, session, n, args.park_rate))
-    await redis.aclose()
-    headers = "parked|in the lane's sorted set|replica sessions in the "
-    headers += "store|store fallbacks|to park s|used_memory before MiB|after MiB|"
-    headers += "bytes per sorted-set entry|the fleet's keys"
-    return "Redis memory per waiting ticket (INFO memory used_memory)", cells(headers), rows
-
-
-async def _park_row(
-    bench: Bench, redis: Redis, session: aiohttp.ClientSession, n: int, rate: float
-) -> list[str]:
-    """Hold ``h``'s slot in ``one``, park ``n`` tickets behind it, wait until the lane's sorted
-    set holds exactly ``n`` (or 20 s more than the parking takes), measure, let them go."""
-    holder = bench.handoff_target("one", 0, HOLD_FOR_PARKING_TOKENS)
-    waiter = bench.handoff_target("one", 0, WAIT_TOKENS)
-    hold = asyncio.create_task(park(session, holder, 1, 1.0))
-    await asyncio.sleep(1.0)
-    before = (await redis.info("memory"))["used_memory"], await fleet_keys(redis, "one")
-    _, falls = await store_counters(session, bench.fleets["one"])
-    started = time.monotonic()
-    parked = asyncio.create_task(park(session, waiter, n, rate))
-    queued = 0
-    while queued != n and time.monotonic() - started < n / rate + 20.0:
-        await asyncio.sleep(0.2)
-        queued = int(await redis.zcard(QUEUE_KEY))
-    park_s = time.monotonic() - started
-    after = (await redis.info("memory"))["used_memory"], await fleet_keys(redis, "one")
-    sessions = await redis.zcard("{one:h}:replicas")
-    falls = (await store_counters(session, bench.fleets["one"]))[1] - falls
-    for task in (parked, hold):
-        task.cancel()
-    await asyncio.gather(parked, hold, return_exceptions=True)
-    per_entry = (after[0] - before[0]) / queued if queued else math.nan
-    row = [str(n), str(queued), str(sessions), f"{falls:.0f}", f"{park_s:.1f}"]
-    row += [f"{before[0] / 2**20:.2f}", f"{after[0] / 2**20:.2f}", f"{per_entry:.0f}"]
-    return [*row, f"{before[1]} → {after[1]}"]
-
-
 # ------------------------------------------------------------------------ main
 
 
@@ -297,7 +240,9 @@ def start(stack: LiveStack, redis: Process) -> Bench:
     return Bench(redis, engines, fleets)
 
 
-async def run(bench: Bench, args: argparse.Namespace, console: Console) -> list[Grid]:
+async def run(
+    bench: Bench, pre: tuple[Process, Fleet, Fleet], args: argparse.Namespace, console: Console
+) -> list[Grid]:
     """Every phase, in order (the throughput phase, which overloads the machine, last); the
     grids to print and write."""
     with console.status("idle load…"):
@@ -306,6 +251,8 @@ async def run(bench: Bench, args: argparse.Namespace, console: Console) -> list[
     states = [await link_state(bench, "latency")]
     grids.append(await handoffs(bench, args, console))
     states.append(await link_state(bench, "hand-offs"))
+    with console.status("preemption across replicas…"):
+        grids.append((await preemption(pre[0], pre[1:], args.preempt_rounds))[0])
     grids.append(await sizing(bench, args, console))
     states.append(await link_state(bench, "parking"))
     console.print("throughput steps:")
@@ -339,6 +286,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--handoffs", type=int, default=200, help="per variant")
     parser.add_argument("--parked", type=int, nargs="+", default=[1000, 5000])
     parser.add_argument("--park-rate", type=float, default=2000.0, help="parked requests/s")
+    parser.add_argument("--preempt-rounds", type=int, default=5, help="per fleet")
     parser.add_argument("--write", type=Path, default=None, help="Markdown file to update")
     args = parser.parse_args(argv)
     return apply_presets(parser, args, [MODES[m] for m in ("quick", "smoke") if getattr(args, m)])
@@ -352,8 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     with running_redis() as redis, live_stack(console, "sluicegate-distributed-") as stack:
         with console.status("starting Redis, 2 engines and 8 gateways…"):
             bench = start(stack, redis)
+            pre = start_preemption(stack, redis)
         with asyncio.Runner(loop_factory=fast_loop) as runner:
-            grids = runner.run(run(bench, args, console))
+            grids = runner.run(run(bench, pre, args, console))
     notes = [
         "Engines: model `m` on the `instant` preset, caps 256 (nothing queues: the gateway "
         "dominates); model `h` on `independent` (10 ms per output token), cap 1. Lanes `fifo`; "

@@ -127,6 +127,29 @@ def test_distributed_settings_need_a_shared_store() -> None:
 
 
 @pytest.mark.parametrize(
+    ("store", "batches", "says"),
+    [
+        ("unix:///run/redis.sock", "", "reached over TCP"),
+        ("redis://:hunter2@cache:6379/2", "", "only database 0"),
+        ("redis://:hunter2@cache:6379/0", "batches: {}\n", "batches.store"),
+    ],
+)
+def test_a_cluster_store_that_cannot_work_is_refused(store: str, batches: str, says: str) -> None:
+    """``distributed.cluster`` needs a TCP node of database 0, and batch data elsewhere (the
+    batch backend is not cluster-aware): each is refused at load, without the password;
+    with ``batches.store`` set, the cluster is accepted."""
+    text = f'models: [{{name: m}}]\nstore: "{store}"\ndistributed: {{cluster: true}}\n{batches}'
+    with pytest.raises(ConfigError) as info:
+        parse_config(text)
+    assert says in str(info.value)
+    assert "hunter2" not in str(info.value)
+    fine = "models: [{name: m}]\nstore: redis://cache:6379/0\ndistributed: {cluster: true}\n"
+    config = parse_config(fine + "batches: {store: 'redis://batch:6379/0'}\n")
+    assert config.distributed.cluster
+    assert not parse_config("models: [{name: m}]\nstore: redis://r/0\n").distributed.cluster
+
+
+@pytest.mark.parametrize(
     ("field", "value", "complaint"),
     [
         ("on_store_failure", "fail_maybe", "fail_open"),
@@ -134,6 +157,7 @@ def test_distributed_settings_need_a_shared_store() -> None:
         ("timeout_ms", "0", "greater than 0"),
         ("replica_id", "'gw|1'", "pattern"),
         ("key_prefix", "'a b'", "pattern"),
+        ("expected_replicas", "0", "greater than or equal to 1"),
         ("lease_s", "5", "Extra inputs are not permitted"),
     ],
 )

@@ -76,6 +76,7 @@ def check_config(
                 replica="check-config",
                 lease_ttl_s=settings.lease_ttl_s,
                 timeout_s=settings.timeout_ms / 1000.0,
+                cluster=settings.cluster,
             )
             try:
                 round_trip_s = asyncio.run(check_store(store))

@@ -33,6 +33,7 @@ from sluicegate.config_pressure import PressureSpec
 from sluicegate.core.policies import policy_names, simulation_only_policies
 from sluicegate.core.spec import ModelSpec, SchedulerSpec, TenantSpec
 from sluicegate.errors import SluicegateError
+from sluicegate.store.store_config import DistributedSpec
 
 Location = tuple[int | str, ...]
 """Where a value sits in the file, e.g. ``("models", 0, "lanes", 1, "policy")``."""
@@ -132,38 +133,6 @@ def redacted_store(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-class DistributedSpec(BaseModel):
-    """Distributed mode: how this replica uses the shared store (``store: redis://...``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    on_store_failure: Literal["fail_open", "fail_closed"] = Field(
-        "fail_open",
-        description="store unreachable: local limits at 1/replicas (fail_open) or 503 "
-        "store_unavailable (fail_closed)",
-    )
-    lease_ttl_s: float = Field(
-        5.0, ge=0.5, le=300.0, description="a dead replica's slots are freed within this"
-    )
-    timeout_ms: float = Field(
-        50.0, gt=0.0, le=5000.0, description="a store round trip slower than this is a failure"
-    )
-    key_prefix: str = Field(
-        "sluicegate",
-        min_length=1,
-        max_length=64,
-        pattern=r"^[A-Za-z0-9_.:-]+$",
-        description="prefix of every key in the store (one per gateway fleet)",
-    )
-    replica_id: str | None = Field(
-        None,
-        min_length=1,
-        max_length=128,
-        pattern=r"^[A-Za-z0-9_.:-]+$",
-        description="this replica's name in the store; default hostname-pid-random",
-    )
-
-
 class Config(BaseModel):
     """The whole configuration file."""
 
@@ -217,6 +186,10 @@ class Config(BaseModel):
                 "distributed: is set but store is 'memory'; distributed mode needs a shared "
                 "store, e.g. store: redis://host:6379/0"
             )
+        if self.distributed.cluster:
+            from sluicegate.store.redis_url import check_cluster_url
+
+            check_cluster_url(self.store)
         names = [model.name for model in self.models]
         if len(set(names)) != len(names):
             raise ValueError(f"model names must be unique, got {names}")
@@ -242,6 +215,11 @@ class Config(BaseModel):
             raise ValueError(
                 "batches.path: in distributed mode batch state lives in the shared store "
                 "(store:), so that every replica serves every batch; remove batches.path"
+            )
+        if batches.store is None and self.distributed.cluster:
+            raise ValueError(
+                "batches.store: the batch lane's Redis backend does not speak the cluster "
+                "protocol; with distributed.cluster give it a plain Redis (redis://host:port/0)"
             )
         if batches.store is not None and not self.shared_store:
             raise ValueError(

@@ -150,7 +150,9 @@ def test_distributed_smoke_serves_everything_and_keeps_the_cap(tmp_path: Path) -
     is positive; a Redis-mode gateway that never fell back made at least one store round
     trip per request, and the rate-limited tenant's at least half a round trip more (its
     ``take``); every hand-off variant timed some hand-offs while the cap-1 engine never
-    ran two requests at once; all 200 parked tickets waited in Redis's sorted set."""
+    ran two requests at once; all 200 parked tickets waited in Redis's sorted set; one
+    preemption round on each fleet stopped the four long requests for the four urgent ones
+    without exceeding the cap."""
     _, text = run_smoke("bench_distributed.py", tmp_path)
     body = section(text, "bench_distributed")
     title = "Added latency and CPU per request, one gateway each (per-target open-loop rate)"
@@ -181,6 +183,18 @@ def test_distributed_smoke_serves_everything_and_keeps_the_cap(tmp_path: Path) -
     (parked,) = table(body, "Redis memory per waiting ticket (INFO memory used_memory)")
     assert number(parked["parked"]) == 200 == number(parked["in the lane's sorted set"]), parked
     assert number(parked["bytes per sorted-set entry"]) > 0, parked
+    preempted = table(
+        body,
+        "Preemption across replicas: 4 urgent interactive requests at one gateway, "
+        "4 long best-effort ones running through another (cap 4, preempt_after_ms 200)",
+    )
+    assert [row["fleet"] for row in preempted] == ["pmem", "pre"]
+    for row in preempted:
+        # One round: all four interactive requests answered, all four long ones stopped
+        # for them, the engine never above the cap.
+        assert number(row["interactive requests"]) == 4, row
+        assert row["long requests stopped"] == "4 of 4", row
+        assert number(row["rounds over the cap"]) == 0, row
 
 
 @pytest.mark.slow

@@ -1,10 +1,22 @@
-"""Distributed mode in the core, one rule per test: ``use_store``, ``Reserve``, ``grant`` and
-``lose_store`` (fail open at a share of the limits, or closed)."""
+"""Distributed mode in the core, one rule per test: ``use_store``, ``Reserve`` (urgency and
+preemptibility for the store), ``grant``, ``stop`` and ``lose_store`` (fail open at a share
+of the limits, or closed)."""
 
 from __future__ import annotations
 
+import pytest
+
 from sluicegate.core.backend_state import BackendSpec
-from sluicegate.core.decisions import Admit, ErrorCode, Expire, Queued, Reject, Reserve
+from sluicegate.core.decisions import (
+    Admit,
+    ErrorCode,
+    Expire,
+    Preempt,
+    PreemptAction,
+    Queued,
+    Reject,
+    Reserve,
+)
 from sluicegate.core.entry import State
 from sluicegate.core.ratelimit import TenantRateLimiter
 from sluicegate.core.scheduler import Scheduler
@@ -29,8 +41,67 @@ def test_submit_offers_instead_of_admitting(
     ticket = make_ticket("a", priority=3, arrival=7.0, prompt_tokens=50, predicted=20)
     queued, reserve = sched.submit(ticket, 7.0)
     assert queued == Queued(ticket, None)
-    assert reserve == Reserve(ticket, (3, 7.0), 70, 50 + 2 * 20)
+    assert isinstance(reserve, Reserve)
+    assert reserve[:4] == (ticket, (3, 7.0), 70, 50 + 2 * 20)
     assert sched.state_of(ticket.id) is State.QUEUED
+
+
+def test_reserve_says_when_a_ticket_turns_urgent(
+    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
+) -> None:
+    """``urgent_at`` is when the store may preempt for the ticket: ``preempt_after_ms`` after
+    it queued, or its latest start (deadline less its predicted service) if sooner."""
+    sched = shared(make_spec, make_lane, preempt_after_ms=200)
+    far = make_ticket("far", arrival=7.0, deadline=1000.0)
+    _, reserve = sched.submit(far, 7.0)
+    assert isinstance(reserve, Reserve)
+    assert reserve.urgent_at == 7.2
+    near = make_ticket("near", arrival=7.0, deadline=7.1)
+    _, soon = sched.submit(near, 7.0)
+    assert isinstance(soon, Reserve)
+    assert soon.urgent_at is not None
+    assert soon.urgent_at < 7.1
+
+
+def test_reserve_says_when_a_ticket_may_be_preempted(
+    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
+) -> None:
+    """``preempt_delay_s`` follows the lane's rule: ``always`` at once, ``never`` not at all,
+    priority tiers 0–1 never, 4–5 at once, 2–3 after 80% of ``max_tokens``."""
+    for rule, priority, expected in (("always", 0, 0.0), ("never", 5, None), ("priority", 1, None)):
+        sched = shared(make_spec, make_lane, preemptible=rule)
+        _, reserve = sched.submit(make_ticket("a", priority=priority), 0.0)
+        assert isinstance(reserve, Reserve)
+        assert reserve.preempt_delay_s == expected, rule
+    sched = shared(make_spec, make_lane, preemptible="priority")
+    _, top = sched.submit(make_ticket("low", priority=4), 0.0)
+    _, middle = sched.submit(make_ticket("mid", priority=3, max_tokens=100), 0.0)
+    assert isinstance(top, Reserve)
+    assert isinstance(middle, Reserve)
+    assert top.preempt_delay_s == 0.0
+    # Prior rates (8,000 prompt tokens/s, 40 output tokens/s): 100 prompt tokens take
+    # 12.5 ms, then 80 of its 100 output tokens 2 s.
+    assert middle.preempt_delay_s == pytest.approx(0.0125 + 80 / 40.0)
+
+
+def test_stop_preempts_a_running_ticket_once(
+    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
+) -> None:
+    """The store's stop preempts a running ticket by its lane's action (requeue here), once;
+    a queued or unknown ticket gets nothing. Its completion queues and offers it again."""
+    sched = shared(make_spec, make_lane, preempt_action="requeue")
+    sched.submit(make_ticket("a"), 0.0)
+    sched.submit(make_ticket("b"), 0.0)
+    sched.grant(TicketId("a"), 0.1)
+    (preempt,) = sched.stop(TicketId("a"))
+    assert isinstance(preempt, Preempt)
+    assert preempt.action is PreemptAction.REQUEUE
+    assert sched.stop(TicketId("a")) == []
+    assert sched.stop(TicketId("b")) == []
+    assert sched.stop(TicketId("nobody")) == []
+    again = sched.complete(TicketId("a"), Usage(100, 3), 0.5)
+    assert [type(d) for d in again] == [Reserve]
+    assert sched.state_of(TicketId("a")) is State.QUEUED
 
 
 def test_grant_admits_a_queued_ticket(

@@ -28,6 +28,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from sluicegate.demo.processes import free_port
+from tests.store.redis_cluster import RedisCluster
 from tests.store.redis_server import RedisServer, running_redis
 
 ADMIN_KEY = "distributed-admin-key"
@@ -71,6 +72,8 @@ class ClusterSpec:
             exactly 10 ms per output token, whatever else runs).
         max_num_seqs: the emulators' batch, far above every cap so that only the
             gateways limit concurrency.
+        extra: more keys of every gateway's config (``pressure``…); a ``distributed``
+            mapping is added to the distributed block.
     """
 
     models: tuple[ModelSetup, ...]
@@ -82,6 +85,7 @@ class ClusterSpec:
     timeout_ms: int = 250
     engine_preset: str = "independent"
     max_num_seqs: int = 64
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 def tenant_key(tenant: str) -> str:
@@ -215,6 +219,8 @@ def gateway_config(
             "timeout_ms": spec.timeout_ms,
             "replica_id": replica,
         }
+    for key, value in spec.extra.items():
+        config[key] = {**config[key], **value} if key == "distributed" else value
     return config
 
 
@@ -226,7 +232,7 @@ class Cluster:
     """
 
     spec: ClusterSpec
-    redis: RedisServer | None
+    redis: RedisServer | RedisCluster | None
     engines: dict[str, Child] = field(default_factory=dict)
     gateways: list[Child] = field(default_factory=list)
 
@@ -285,7 +291,9 @@ def _get_json(url: str) -> dict[str, Any]:
     return data
 
 
-def _start(spec: ClusterSpec, log_dir: Path, redis: RedisServer | None, cluster: Cluster) -> None:
+def _start(
+    spec: ClusterSpec, log_dir: Path, redis: RedisServer | RedisCluster | None, cluster: Cluster
+) -> None:
     env = {ADMIN_KEY_ENV: ADMIN_KEY} | {
         f"SG_KEY_{i}": tenant_key(str(t["name"])) for i, t in enumerate(spec.tenants)
     }
@@ -310,10 +318,15 @@ def _start(spec: ClusterSpec, log_dir: Path, redis: RedisServer | None, cluster:
 
 
 @contextlib.contextmanager
-def running_cluster(spec: ClusterSpec, log_dir: Path) -> Iterator[Cluster]:
-    """Start the cluster, yield it, and end every process on exit, whatever happened."""
+def running_cluster(
+    spec: ClusterSpec, log_dir: Path, redis: RedisServer | RedisCluster | None = None
+) -> Iterator[Cluster]:
+    """Start the cluster, yield it, and end every process on exit, whatever happened.
+    The gateways share ``redis`` when given (it may not be running yet), else one started
+    here."""
     with contextlib.ExitStack() as stack:
-        redis = stack.enter_context(running_redis()) if spec.shared_store else None
+        if redis is None and spec.shared_store:
+            redis = stack.enter_context(running_redis())
         cluster = Cluster(spec, redis)
         try:
             _start(spec, log_dir, redis, cluster)

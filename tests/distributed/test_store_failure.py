@@ -7,12 +7,13 @@ gateway's decision time and not legitimate queueing. Admission time is the
 gateway's ``X-Sluicegate-Queue-Ms`` (arrival to admission) on answers, and the
 whole latency of refusals (which carry no such header and do no engine work).
 
-A request that arrives as Redis stops may wait up to one store timeout (50 ms)
-before the fallback decides; with up to one such request per probe client, they
-can be 1-3% of the outage window's requests, enough to put that window's p99 at
-the timeout (seen on a loaded machine). The test bounds their wait (timeout +
-50 ms), and takes the p99 over the requests sent once the failure could be known
-(100 ms after the stop).
+A request that arrives as Redis stops may wait up to two store timeouts (50 ms each:
+its sync times out, then a ping does, and only then does the link fall back — a sync
+that times out while the store still answers a ping is retried instead) before the
+fallback decides; with up to one such request per probe client, they can be 1-3% of
+the outage window's requests, enough to put that window's p99 near that wait (seen on
+a loaded machine). The test bounds their wait (two timeouts + 50 ms), and takes the
+p99 over the requests sent once the failure could be known (150 ms after the stop).
 """
 
 from __future__ import annotations
@@ -48,12 +49,13 @@ pytestmark = pytest.mark.distributed
 CAP = 8
 ADMISSION_P99_MS = 50.0
 TIMEOUT_MS = 50
-# A request that arrives as Redis stops waits one store timeout, then the fallback
-# decides; beyond the timeout: HTTP handling and CPU contention of the ~8 processes
-# on this 2-core machine (shared with other test runs), up to as much again.
+# A request that arrives as Redis stops waits two store timeouts (the sync's, then the
+# ping's), then the fallback decides; beyond them: HTTP handling and CPU contention of the
+# ~8 processes on this 2-core machine (shared with other test runs).
 STUCK_SLACK_MS = 50.0
-# Requests sent this soon after the stop may have waited for the store's timeout.
-DETECTION_S = 0.1
+DETECTION_MS = 2 * TIMEOUT_MS
+# Requests sent this soon after the stop may have waited for the store's timeouts.
+DETECTION_S = 0.15
 RECOVERY_S = 5.0
 PAUSED_S = 3.0
 KILLED_S = 1.0
@@ -197,7 +199,7 @@ async def run_outage(tmp_path: Path, mode: str) -> Outage:
 
 def check_common(outage: Outage) -> None:
     """What both modes promise: nothing hangs; no admission during the outage takes
-    longer than one store timeout (+ 50 ms); once the failure is detected, admission
+    longer than two store timeouts (+ 50 ms); once the failure is detected, admission
     p99 < 50 ms; the cap holds; each gateway fell back, logging each transition once
     (one log line per count of ``sluicegate_store_transitions_total``), and is global
     again within 5 s of Redis returning; then one gateway alone may use the whole
@@ -224,7 +226,7 @@ def check_common(outage: Outage) -> None:
         f" global again {outage.global_again_s:.2f} s after the restart"
     )
     assert len(after_detection) > 50, len(after_detection)
-    assert during[-1] <= TIMEOUT_MS + STUCK_SLACK_MS, during[-10:]
+    assert during[-1] <= DETECTION_MS + STUCK_SLACK_MS, during[-10:]
     assert p99 < ADMISSION_P99_MS, sorted(after_detection)[-10:]
     assert outage.global_again_s <= RECOVERY_S
     fell_back = [int(n or 0) for n in outage.fallbacks]

@@ -183,11 +183,15 @@ def assert_dom_shows(snapshot: dict[str, Any]) -> None:
                 assert cell["value"] == "", (lane["name"], quantile, cell)
             else:
                 assert float(cell["value"]) == pytest.approx(value), (lane["name"], quantile)
-    assert set(dom["tenants"]) == {tenant["tenant"] for tenant in model["tenants"]}
+    running = {row["tenant"]: row["running"] for row in model["tenants_running"]}
+    assert set(dom["tenants"]) == {tenant["tenant"] for tenant in model["tenants"]} | set(running)
     for tenant in model["tenants"]:
         row = dom["tenants"][tenant["tenant"]]
         for field in ("requests", "prompt_tokens", "completion_tokens"):
             assert shown(row[field]) == tenant[field], (tenant["tenant"], field)
+    for name, row in dom["tenants"].items():  # in memory mode, "running" is this gateway's
+        assert shown(row["running"]) == running.get(name, 0), name
+        assert "running-here" not in row
     for backend in model["backends"]:
         row = dom["backends"][backend["name"]]
         assert shown(row["inflight"]) == backend["inflight"]
@@ -211,6 +215,8 @@ def dom_counters(snapshot: dict[str, Any]) -> dict[str, int]:
     dom = snapshot["models"][MODEL]
     found = {f"lane {name}": shown(row["finished"]) for name, row in dom["lanes"].items()}
     for tenant, row in dom["tenants"].items():
+        if row["requests"]["value"] == "":
+            continue  # running, no usage yet: no counters to compare
         for field in ("requests", "prompt_tokens", "completion_tokens"):
             found[f"{tenant} {field}"] = shown(row[field])
     return found
@@ -224,7 +230,8 @@ async def test_under_load_the_page_shows_changing_numbers_that_match_admin_state
     counters lie between ``/admin/state`` fetched just before and just after it (a render
     whose poll started after the first fetch); they grow between renders; the rates of
     completed requests and tokens are positive while it runs; the charts draw lines; the
-    page logs no error and no CSP violation. A screenshot is saved."""
+    page logs no error and no CSP violation; each tenant's running requests are shown (a
+    tenant running its first requests has a row before it has usage). A screenshot is saved."""
     async with (
         load(gateway) as statuses,
         browser(tmp_path) as chrome,
@@ -320,14 +327,14 @@ async def test_a_state_without_the_optional_fields_still_renders(
     gateway: Stack, tmp_path: Path
 ) -> None:
     """The page tolerates an ``/admin/state`` without the fields older gateways lack (time,
-    outcomes, wait quantiles, limit, floor, tenants, pressure): it renders what there is,
-    shows dashes for the rest, and throws nothing."""
+    outcomes, wait quantiles, limit, floor, tenants, running per tenant, pressure): it
+    renders what there is, shows dashes for the rest, and throws nothing."""
     async with aiohttp.ClientSession() as session:
         state = await fetch_state(session, gateway)
     for key in ("time", "pressure"):
         state.pop(key)
     model = state["models"][0]
-    for key in ("floor", "tenants"):
+    for key in ("floor", "tenants", "tenants_running"):
         model.pop(key)
     for lane in model["lanes"]:
         for key in ("outcomes", "queue_wait_s", "limit", "pressure_tightened"):

@@ -48,11 +48,12 @@ async def test_under_serve_workers_the_page_sums_the_workers_and_shows_a_failed_
     tmp_path: Path,
 ) -> None:
     """Against a real ``serve --workers 2`` under load: the page shows both workers, the
-    shared store, and every count summed over the workers (the finished count growing
-    between renders). A worker that does not answer the fan-out appears in its answer as
-    ``{"worker": i, "error": ...}``; no test can time a real failure between two polls, so
-    the browser is handed that answer (a real one with worker 1 replaced) and must show the
-    error, count one worker of two, and sum only worker 0."""
+    shared store, each worker's store link (its session, global), and every count summed
+    over the workers (the finished count growing between renders). A worker that does not
+    answer the fan-out appears in its answer as ``{"worker": i, "error": ...}``; no test can
+    time a real failure between two polls, so the browser is handed that answer (a real one
+    with worker 1 replaced) and must show the error, count one worker of two, and sum only
+    worker 0."""
     from tests.distributed.cluster import ADMIN_KEY as FLEET_ADMIN_KEY
     from tests.workers.fleet import running_fleet
 
@@ -94,6 +95,12 @@ async def test_under_serve_workers_the_page_sums_the_workers_and_shows_a_failed_
             )
             assert "2/2 workers" in header
             assert "store: redis, global, 2 replicas" in header
+            links = await page.evaluate(
+                "[...document.querySelectorAll('#links tr[data-link]')].map((row) =>"
+                " [row.dataset.link, row.querySelector('[data-field=mode]').textContent])"
+            )
+            sessions = [w["store"]["session"] for w in later["state"]["workers"]]
+            assert links == [[session, "global"] for session in sessions], links
             assert page.errors == []
 
             real = await fetch_fleet_state(session, url, FLEET_ADMIN_KEY)

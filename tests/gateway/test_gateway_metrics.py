@@ -116,6 +116,7 @@ def _value(scraped: Scraped, name: str, **labels: str) -> float:
         ("sluicegate_model_concurrency_floor", "gauge"),
         ("sluicegate_adaptive_limit_enabled", "gauge"),
         ("sluicegate_lane_slo_seconds", "gauge"),
+        ("sluicegate_tenant_inflight_requests", "gauge"),
     ],
 )
 def test_every_spec_metric_is_exposed_with_its_type(
@@ -166,6 +167,10 @@ def test_gauges_are_zero_once_every_request_has_ended(scraped: Scraped) -> None:
         assert _value(scraped, "sluicegate_queue_depth", model=MODEL, lane=lane) == 0
         assert _value(scraped, "sluicegate_inflight_requests", model=MODEL, lane=lane) == 0
     assert _value(scraped, "sluicegate_inflight_tokens", model=MODEL) == 0
+    for tenant in ("a", "r"):  # every configured tenant has its series, 0 when idle
+        assert (
+            _value(scraped, "sluicegate_tenant_inflight_requests", model=MODEL, tenant=tenant) == 0
+        )
 
 
 def test_concurrency_limit_is_the_lane_cap_within_the_model_cap(scraped: Scraped) -> None:

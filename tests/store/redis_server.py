@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 
 from sluicegate.gateway.workers.private_redis import answers_ping
 
-__all__ = ["REDIS_SERVER", "RedisServer", "running_redis"]
+__all__ = ["REDIS_SERVER", "RedisServer", "free_port", "running_redis"]
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 """The ``redis-server`` binary the tests run (it may be missing: check ``os.path.exists``)."""
@@ -28,7 +28,8 @@ _DEFAULT_PORT = 6379
 _READY_TIMEOUT_S = 10.0
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free loopback port (never 6379)."""
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.bind(("127.0.0.1", 0))
@@ -52,6 +53,11 @@ class RedisServer:
     def url(self) -> str:
         """``redis://127.0.0.1:<port>/0``."""
         return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def running(self) -> bool:
+        """Whether the server was started and not stopped or killed since."""
+        return self._process is not None
 
     @property
     def pid(self) -> int:
@@ -113,7 +119,7 @@ def running_redis(port: int | None = None, *, args: Sequence[str] = ()) -> Itera
     """Start a ``redis-server`` on ``port`` (a free one by default) with extra command-line
     ``args`` (e.g. ``["--maxmemory", "4mb"]``); kill it on exit."""
     with tempfile.TemporaryDirectory(prefix="sluicegate-redis-") as workdir:
-        server = RedisServer(_free_port() if port is None else port, workdir, args)
+        server = RedisServer(free_port() if port is None else port, workdir, args)
         server.start()
         try:
             yield server

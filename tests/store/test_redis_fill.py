@@ -93,15 +93,34 @@ async def test_lane_caps_and_lane_order(redis_url: str) -> None:
         assert after.granted == ("hi1",)
 
 
-async def test_borrowing_lane_is_bounded_by_the_model_cap_only(redis_url: str) -> None:
-    """A borrowing lane of cap 1 takes all three of the model's slots, and no more."""
-    limits = model_limits(3, LaneLimits("burst", 1, borrow=True))
+async def test_borrowing_lane_takes_only_the_idle_quota_of_lending_lanes(redis_url: str) -> None:
+    """Model cap 4, a borrowing lane of cap 1 and an idle lane of cap 2: the borrower takes
+    its own slot and the lender's two idle ones (ModelRuntime.lendable), not the model's
+    fourth; a lender's waiter then gets its quota back as the borrowers leave."""
+    limits = model_limits(4, LaneLimits("burst", 1, borrow=True), LaneLimits("idle", 2, lend=True))
     async with connected_stores(redis_url, "a") as (a,):
-        (result,) = await a.sync(
-            [(limits, [offer(f"t{i}", (float(i),), lane="burst") for i in range(4)])]
-        )
+        ops = [offer(f"t{i}", (float(i),), lane="burst") for i in range(5)]
+        (result,) = await a.sync([(limits, ops)])
         assert result.granted == ("t0", "t1", "t2")
-        assert result.counts.waiting == 1
+        assert result.counts.waiting == 2
+        counts = await a.counts(limits)
+        assert counts.lanes_running == {"burst": 3, "idle": 0}
+        # The lender's own ticket takes a free model slot: one of its two quota slots is
+        # lent, one is its own now, so nothing is left to borrow.
+        (after,) = await a.sync([(limits, [offer("own", lane="idle")])])
+        assert after.granted == ("own",)
+        (freed,) = await a.sync([(limits, [Drop("t1")])])
+        assert freed.granted == ()
+
+
+async def test_a_lane_that_does_not_lend_lends_nothing(redis_url: str) -> None:
+    """Model cap 3, a borrowing lane of cap 1 beside an idle lane that does not lend: the
+    borrower runs one ticket only, though the model has two slots free."""
+    limits = model_limits(3, LaneLimits("burst", 1, borrow=True), LaneLimits("idle", 2))
+    async with connected_stores(redis_url, "a") as (a,):
+        ops = [offer(f"t{i}", (float(i),), lane="burst") for i in range(3)]
+        (result,) = await a.sync([(limits, ops)])
+        assert result.granted == ("t0",)
 
 
 async def test_token_budget_is_head_of_line(redis_url: str) -> None:
@@ -164,12 +183,14 @@ async def test_next_grants_drains_every_model(redis_url: str) -> None:
 
 
 async def test_offers_are_idempotent_and_drops_withdraw(redis_url: str) -> None:
-    """Offering a waiting or running ticket again changes nothing; a drop withdraws a waiter."""
+    """Offering a waiting ticket again changes nothing; offering a running one again changes
+    nothing but answers its grant again (its first grant was lost on the way); a drop
+    withdraws a waiter."""
     async with connected_stores(redis_url, "a") as (a,):
         (first,) = await a.sync([(model_limits(1), [offer("run"), offer("wait", (1.0,))])])
         assert first.granted == ("run",)
         (again,) = await a.sync([(model_limits(1), [offer("run"), offer("wait", (1.0,))])])
-        assert (again.granted, again.counts.running, again.counts.waiting) == ((), 1, 1)
+        assert (again.granted, again.counts.running, again.counts.waiting) == (("run",), 1, 1)
         (dropped,) = await a.sync([(model_limits(1), [Drop("wait"), Drop("unknown")])])
         assert (dropped.counts.running, dropped.counts.waiting) == (1, 0)
         (freed,) = await a.sync([(model_limits(1), [Drop("run")])])

@@ -1,9 +1,12 @@
-"""The sync script against a plain-Python model, under random interleavings (Hypothesis)."""
+"""The sync script against a plain-Python model, under random interleavings (Hypothesis):
+two replicas offering, dropping, finishing and obeying the store's stops, with lending,
+token budgets, fair lanes and preemption (urgent waiters, reclaiming lent quota)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Awaitable, Iterator
 from typing import ClassVar, TypeVar
 
@@ -22,7 +25,8 @@ from hypothesis.stateful import (
 
 from sluicegate.store.keys import grants_key
 from sluicegate.store.redis_store import RedisStore
-from sluicegate.store.types import Drop, LaneLimits, ModelLimits, Offer
+from sluicegate.store.store_errors import StoreUnavailableError
+from sluicegate.store.types import Drop, LaneLimits, ModelLimits, Offer, SyncResult
 from tests.store.redis_server import REDIS_SERVER, running_redis
 from tests.store.reference_store import ReferenceStore
 from tests.store.store_helpers import MODEL
@@ -38,11 +42,14 @@ lane_limits = st.lists(
         cap=st.integers(1, 3),
         borrow=st.booleans(),
         fair=st.sampled_from([True, True, False]),
+        lend=st.booleans(),
     ),
     min_size=1,
     max_size=2,
 ).map(
-    lambda lanes: tuple(LaneLimits(f"l{i}", x.cap, x.borrow, x.fair) for i, x in enumerate(lanes))
+    lambda lanes: tuple(
+        LaneLimits(f"l{i}", x.cap, x.borrow, x.fair, x.lend) for i, x in enumerate(lanes)
+    )
 )
 model_limits = st.builds(
     ModelLimits,
@@ -65,6 +72,7 @@ class StoreAgainstModel(RuleBasedStateMachine):
         self.pending: dict[str, list[Offer | Drop]] = {replica: [] for replica in REPLICAS}
         self.tickets: dict[str, list[str]] = {replica: [] for replica in REPLICAS}
         self.reference = ReferenceStore(ModelLimits(MODEL, 1, None, (LaneLimits("l0", 1),)))
+        self.last: dict[str, tuple[int, list[Offer | Drop], SyncResult]] = {}
 
     def run(self, coroutine: Awaitable[_T]) -> _T:
         """Run ``coroutine`` on the test's loop (the stores' connections live there)."""
@@ -84,6 +92,9 @@ class StoreAgainstModel(RuleBasedStateMachine):
         cost=st.integers(1, 60),
         charge=st.sampled_from([1.0, 7.5, 40.0]),
         weight=st.sampled_from([0.5, 1.0, 3.0]),
+        priority=st.integers(0, 5),
+        urgent_at=st.sampled_from([None, None, 1.0, 2.0, 1e11]),
+        delay=st.sampled_from([None, 0.0, 0.0, 1000.0]),
     )
     def offer(
         self,
@@ -94,11 +105,18 @@ class StoreAgainstModel(RuleBasedStateMachine):
         cost: int,
         charge: float,
         weight: float,
+        priority: int,
+        urgent_at: float | None,
+        delay: float | None,
     ) -> None:
+        """An offer; ``urgent_at`` 1.0 or 2.0 is long past (urgent now), 1e11 far ahead;
+        ``delay`` 0.0 preemptible at once, 1000.0 not within the test, ``None`` never."""
         lane = data.draw(st.sampled_from([lane.name for lane in self.reference.limits.lanes]))
         ticket = f"{len(self.tickets[replica]):04x}"
         self.tickets[replica].append(ticket)
-        self.pending[replica].append(Offer(ticket, lane, tenant, weight, order, cost, charge))
+        self.pending[replica].append(
+            Offer(ticket, lane, tenant, weight, order, cost, charge, priority, urgent_at, delay)
+        )
 
     @precondition(lambda self: any(self.tickets.values()))
     @rule(data=st.data(), correction=st.sampled_from([0.0, -5.0, 30.0]))
@@ -114,6 +132,13 @@ class StoreAgainstModel(RuleBasedStateMachine):
         replica, ticket = data.draw(st.sampled_from(sorted(self.reference.leases)))
         self.pending[replica].append(Drop(ticket, correction))
 
+    @precondition(lambda self: self.reference.stopping)
+    @rule(data=st.data())
+    def obey_stop(self, data: st.DataObject) -> None:
+        """A victim's replica stops it: its drop gives the slot to the waiter it was for."""
+        replica, ticket = data.draw(st.sampled_from(sorted(self.reference.stopping)))
+        self.pending[replica].append(Drop(ticket, 0.0))
+
     @precondition(lambda self: any(self.tickets.values()))
     @rule(data=st.data())
     def offer_again(self, data: st.DataObject) -> None:
@@ -126,12 +151,32 @@ class StoreAgainstModel(RuleBasedStateMachine):
     @rule(replica=st.sampled_from(REPLICAS))
     def sync(self, replica: str) -> None:
         ops, self.pending[replica] = self.pending[replica], []
-        (result,) = self.run(self.stores[replica].sync([(self.reference.limits, ops)]))
-        assert list(result.granted) == self.reference.sync(replica, ops)
+        time.sleep(0.0015)  # a lease of an earlier sync is strictly older (milliseconds)
+        store = self.stores[replica]
+        seq = store.next_seq()
+        (result,) = self.run(store.sync([(self.reference.limits, ops)], seq=seq))
+        granted, stops = self.reference.sync(replica, ops)
+        assert list(result.granted) == granted
+        assert list(result.stops) == stops
+        self.last[replica] = (seq, ops, result)
         counts = result.counts
         assert counts.running == len(self.reference.leases)
         assert counts.inflight_tokens == self.reference.tokens()
         assert counts.waiting == len(self.reference.waiting)
+
+    @precondition(lambda self: self.last)
+    @rule(data=st.data())
+    def retry_a_sync(self, data: st.DataObject) -> None:
+        """A replica sends its last sync again (its answer was lost): the store answers
+        what it answered then and changes nothing; an older sync is refused (fenced)."""
+        replica = data.draw(st.sampled_from(sorted(self.last)))
+        seq, ops, result = self.last[replica]
+        store = self.stores[replica]
+        (again,) = self.run(store.sync([(self.reference.limits, ops)], seq=seq))
+        assert again == result
+        if seq > 1:
+            with pytest.raises(StoreUnavailableError):
+                self.run(store.sync([(self.reference.limits, ops)], seq=seq - 1))
 
     @invariant()
     def grants_pushed_to_the_others_match(self) -> None:
@@ -141,10 +186,20 @@ class StoreAgainstModel(RuleBasedStateMachine):
             assert pushed == self.reference.pushed.get(replica, [])
 
     @invariant()
+    def one_victim_per_lane_and_waiter(self) -> None:
+        """A lane has at most one victim stopping for it, and a victim is marked once."""
+        marks = self.run(self.client.hkeys(f"{{sluicegate:{MODEL}}}:stop"))
+        pend = self.run(self.client.hgetall(f"{{sluicegate:{MODEL}}}:pend"))
+        assert sorted(marks) == sorted(f"{r}|{t}" for r, t in self.reference.stopping)
+        assert set(pend) == set(self.reference.pending)
+        assert len(set(pend.values())) == len(pend)
+
+    @invariant()
     def caps_hold(self) -> None:
         limits = self.reference.limits
         assert len(self.reference.leases) <= limits.cap
         for lane in limits.lanes:
+            assert self.reference.own(lane.name) <= lane.cap
             if not lane.borrow:
                 assert self.reference.lane_running(lane.name) <= lane.cap
         if limits.token_budget is not None and len(self.reference.leases) > 1:

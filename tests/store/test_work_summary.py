@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 
 from sluicegate.core.work_ahead import LaneWork
 from sluicegate.store.keys import model_base
+from sluicegate.store.redis_store import RedisStore
 from sluicegate.store.work_summary import MAX_TENANTS, decode_work, encode_work, exchange_work
+from tests.store.redis_cluster import RedisCluster
 from tests.store.store_helpers import MODEL, connected_stores
 
 TTL_MS = 300
@@ -99,6 +101,30 @@ async def test_an_earlier_session_of_the_same_replica_is_not_another_replica(
         seen = await exchange_work(b, {MODEL: {}}, replica="b", ttl_ms=5000)
         assert set(seen[MODEL]) == {"x"}
         assert seen[MODEL]["x"].running == A_WORK.running
+
+
+async def test_on_a_redis_cluster_each_model_is_exchanged_in_its_slot(
+    redis_cluster: RedisCluster, cluster_url: str
+) -> None:
+    """Three models whose keys live on three masters: one exchange publishes to each and
+    reads each back (the script touches only keys of its declared key's slot, which Redis
+    ≥ 7 enforces for scripts with a flags line)."""
+    models = redis_cluster.keys_on_distinct_masters(3, lambda name: model_base("sluicegate", name))
+    stores = [
+        RedisStore(cluster_url, replica=r, timeout_s=1.0, cluster=True) for r in ("a.1", "b.1")
+    ]
+    try:
+        for store in stores:
+            await store.connect()
+            await store.heartbeat(models)
+        a, b = stores
+        await exchange_work(a, {m: {"x": A_WORK} for m in models}, replica="a", ttl_ms=5000)
+        seen = await exchange_work(b, {m: {} for m in models}, replica="b", ttl_ms=5000)
+    finally:
+        for store in stores:
+            await store.close()
+    assert sorted(seen) == sorted(models)
+    assert {seen[m]["x"].waiting_s for m in models} == {A_WORK.waiting_s}
 
 
 _floats = st.floats(0.0, 1e6, allow_nan=False)

@@ -14,6 +14,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -28,6 +29,7 @@ from tests.distributed.cluster import (
     wait_ready,
 )
 from tests.distributed.load import client
+from tests.gateway.gateway_harness import wait_until
 from tests.workers.fleet import (
     CAP,
     MODEL,
@@ -137,6 +139,55 @@ def test_admin_state_lists_every_worker(fleet: Cluster) -> None:
         urllib.request.urlopen(fleet.gateway_url(0) + "/admin/state", timeout=5)
     refused.value.close()
     assert refused.value.code == 401
+
+
+async def test_every_workers_view_and_the_global_running_requests_appear(fleet: Cluster) -> None:
+    """With three long requests running through the shared port (the kernel picks each one's
+    worker), ``/admin/state`` shows each worker's own view of the store (its session, global
+    since a moment before, no fallback, a sync under a second old) and, from each, the same
+    global running count per tenant (the open gateway's requests are ``other``), while the
+    workers' own ``tenants_running`` add up to it; ``/metrics`` says the same per worker."""
+    url = fleet.gateway_url(0)
+    body = {"model": "m", "prompt": "hold", "max_tokens": 1000, "ignore_eos": True, "stream": True}
+    async with aiohttp.ClientSession() as session:
+        streams = []
+        try:
+            for _ in range(3):
+                stream = await session.post(url + "/v1/completions", json=body)
+                assert stream.status == 200
+                await stream.content.readline()
+                streams.append(stream)
+            held = [{"tenant": "other", "running": 3, "lanes": {"shared": 3}}]
+
+            def global_everywhere() -> bool:
+                workers = admin_state(url)["workers"]
+                return all(w["store"]["global_tenants"]["models"]["m"] == held for w in workers)
+
+            assert await asyncio.to_thread(wait_until, global_everywhere, 5.0), admin_state(url)
+            workers = admin_state(url)["workers"]
+            sessions = [w["store"]["session"] for w in workers]
+            assert [s.rsplit("-", 1)[1] for s in sessions] == ["w0.1", "w1.1"], sessions
+            for worker in workers:
+                store = worker["store"]
+                assert (store["mode"], store["fallbacks"]) == ("global", 0), store
+                assert store["mode_since"] <= worker["time"]
+                assert 0.0 <= store["last_sync"]["age_s"] < 1.0, store
+            local = [row["running"] for w in workers for row in w["models"][0]["tenants_running"]]
+            assert sum(local) == 3, workers
+            text = fleet.metrics(0)
+            global_gauge = samples(text, "sluicegate_store_global_tenant_running")
+            assert sorted((labels["worker"], v) for labels, v in global_gauge) == [
+                ("0", 3.0), ("1", 3.0),
+            ]  # fmt: skip
+            local_gauge = samples(text, "sluicegate_tenant_inflight_requests")
+            assert sum(v for _, v in local_gauge) == 3.0, local_gauge
+            modes = samples(text, "sluicegate_store_mode")
+            assert sorted(
+                labels["worker"] for labels, v in modes if labels["mode"] == "global" and v == 1.0
+            ) == ["0", "1"]
+        finally:
+            for stream in streams:
+                stream.close()
 
 
 async def test_a_killed_worker_is_restarted_and_drain_reaches_every_worker(

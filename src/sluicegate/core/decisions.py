@@ -113,13 +113,18 @@ class Reserve(NamedTuple):
     ``Scheduler.grant`` (which yields ``Admit``). ``order`` is the lane
     ordering's key (compared across replicas), ``cost_tokens`` its share of the
     token budget and ``vtc_charge`` what admission adds to its tenant's virtual
-    token counter before division by the weight.
+    token counter before division by the weight. ``urgent_at`` is when it becomes
+    entitled to preempt (``None``: never) and ``preempt_delay_s`` how long after its
+    admission it may itself be preempted (``None``: never): the store's preemption
+    across replicas follows ``core/preemption.py``'s rules with them.
     """
 
     ticket: Ticket
     order: tuple[float, ...]
     cost_tokens: int
     vtc_charge: float
+    urgent_at: float | None = None
+    preempt_delay_s: float | None = None
 
 
 Decision = Admit | Queued | Reject | Expire | Preempt | Reserve

@@ -15,11 +15,14 @@ tickets.
 
 from __future__ import annotations
 
+import math
+
 from sluicegate.core.backend_state import any_healthy, unavailable_wait_s
 from sluicegate.core.decisions import ErrorCode, Expire, Reject, Reserve
 from sluicegate.core.entry import Entry
 from sluicegate.core.estimate import start_estimate
 from sluicegate.core.fair_queue import VTC_INPUT_WEIGHT, VTC_OUTPUT_WEIGHT
+from sluicegate.core.preemption import preemptible_after, urgent_time
 from sluicegate.core.ratelimit import TenantRateLimiter
 from sluicegate.core.retry import retry_wait_s
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
@@ -111,13 +114,24 @@ def new_entry(
     )
 
 
-def offer(lane: LaneRuntime, entry: Entry) -> Reserve:
+def offer(model: ModelRuntime, lane: LaneRuntime, entry: Entry) -> Reserve:
     """The ``Reserve`` offering queued ``entry`` of ``lane`` to the shared store."""
     ticket = entry.ticket
     charge = (
         VTC_INPUT_WEIGHT * ticket.prompt_tokens + VTC_OUTPUT_WEIGHT * entry.predicted_output_tokens
     )
-    return Reserve(ticket, lane.order(entry), entry.cost_tokens, charge)
+    return Reserve(
+        ticket,
+        lane.order(entry),
+        entry.cost_tokens,
+        charge,
+        _finite(urgent_time(model, lane.spec, entry)),
+        preemptible_after(lane.spec, entry),
+    )
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def refuse_early(

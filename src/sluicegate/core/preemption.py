@@ -70,6 +70,34 @@ def is_preemptible(entry: Entry, lane: LaneSpec, now: float) -> bool:
     return generated_tokens(entry, now) >= fraction * entry.ticket.max_tokens
 
 
+def urgent_time(model: ModelRuntime, lane: LaneSpec, entry: Entry) -> float:
+    """When queued ``entry`` becomes urgent: its latest start (deadline less its predicted
+    service and the model's slack), or its lane's ``preempt_after_ms`` passed, if sooner."""
+    urgent_at = entry.deadline - entry.service_s - model.spec.preempt_slack_s
+    after_ms = lane.preempt_after_ms
+    if after_ms is not None:
+        urgent_at = min(urgent_at, entry.enqueued_at + after_ms / 1000.0)
+    return urgent_at
+
+
+def preemptible_after(lane: LaneSpec, entry: Entry) -> float | None:
+    """How long after its admission ``entry`` (of ``lane``) becomes preemptible, by its
+    predicted decode rate; ``None`` when never."""
+    fraction = required_fraction(lane, entry.ticket.priority)
+    if fraction is None:
+        return None
+    if fraction <= 0.0:
+        return 0.0
+    return entry.prefill_s + fraction * entry.ticket.max_tokens * entry.decode_s_per_token
+
+
+def stop_for_store(model: ModelRuntime, entry: Entry) -> Preempt:
+    """Distributed mode: the store chose running ``entry`` as a victim for a waiter that
+    may be on another replica. It is stopped by its lane's action, as ``_preempt`` does;
+    no lane of this replica is owed the slot (the store grants it)."""
+    return _stop(model, entry)
+
+
 def victim_order(entry: Entry, now: float) -> tuple[int, int, float]:
     """Sort key: lowest priority first, then least progress lost, then newest."""
     return (-entry.ticket.priority, generated_tokens(entry, now), -entry.admitted_at)
@@ -105,10 +133,7 @@ def preempt_for_blocked(model: ModelRuntime, now: float, out: list[Decision]) ->
         reclaim = not lane_full and model.borrowed_running > 0
         if not reclaim and not model.runs_less_important_than(head.ticket.priority):
             continue
-        urgent_at = head.deadline - head.service_s - model.spec.preempt_slack_s
-        after_ms = lane.spec.preempt_after_ms
-        if after_ms is not None:
-            urgent_at = min(urgent_at, head.enqueued_at + after_ms / 1000.0)
+        urgent_at = urgent_time(model, lane.spec, head)
         urgent = now >= urgent_at
         if not urgent:
             wakeups.append(urgent_at)
@@ -265,7 +290,14 @@ def _eligible_at(model: ModelRuntime, candidates: list[Entry], now: float) -> li
 
 
 def _preempt(model: ModelRuntime, lane: LaneRuntime, victim: Entry, out: list[Decision]) -> None:
-    """Stop ``victim`` for ``lane``: requeue when its lane allows it, else abort."""
+    """Stop ``victim`` for ``lane``, which is owed the slot it frees."""
+    out.append(_stop(model, victim))
+    victim.preempted_for = lane.spec.name
+    lane.pending_preempts += 1
+
+
+def _stop(model: ModelRuntime, victim: Entry) -> Preempt:
+    """Mark ``victim`` preempting: requeue when its lane allows it, else abort."""
     victim_lane = model.lanes[victim.ticket.lane].spec
     requeue = (
         victim_lane.preempt_action == "requeue"
@@ -274,7 +306,5 @@ def _preempt(model: ModelRuntime, lane: LaneRuntime, victim: Entry, out: list[De
     )
     victim.state = State.PREEMPTING
     victim.preempt_requeue = requeue
-    victim.preempted_for = lane.spec.name
-    lane.pending_preempts += 1
     action = PreemptAction.REQUEUE if requeue else PreemptAction.ABORT
-    out.append(Preempt(victim.ticket, victim.backend, action))
+    return Preempt(victim.ticket, victim.backend, action)

@@ -15,6 +15,7 @@ and, in distributed mode (DESIGN §16), where a shared store admits::
 
     use_store(now)                 -> [Reserve...]  every queued ticket, offered
     grant(id, now)                 -> [Admit]       the store granted it a slot
+    stop(id)                       -> [Preempt]     the store chose it as a victim
     lose_store(now, ...)           -> [Admit... | Expire...]  local limits, or closed
 
 Nothing here reads a clock, sleeps or does I/O, so the same code runs in the
@@ -43,7 +44,7 @@ from sluicegate.core.decisions import Decision, ErrorCode, Expire, Queued
 from sluicegate.core.entry import Entry, State
 from sluicegate.core.estimate import set_remote
 from sluicegate.core.intake import arrive, expire, offer, refuse_bounced
-from sluicegate.core.preemption import preempt_for_blocked
+from sluicegate.core.preemption import preempt_for_blocked, stop_for_store
 from sluicegate.core.pressure import lane_ceilings
 from sluicegate.core.ratelimit import TenantRateLimiter
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
@@ -64,7 +65,8 @@ class Scheduler(SchedulerState):
     In distributed mode (``use_store``) the caps and rate limits are the shared
     store's: a ticket that passes the local checks (health, queue size,
     shedding) queues here and is offered to the store (``Reserve``), and runs
-    when the store grants it (``grant``). Preemption acts only in local mode.
+    when the store grants it (``grant``). The store also chooses preemption victims
+    across replicas (``stop``).
     """
 
     # ------------------------------------------------------------------ events
@@ -231,7 +233,16 @@ class Scheduler(SchedulerState):
         model = self._models[entry.ticket.model]
         lane = model.lanes[entry.ticket.lane]
         admit = admit_granted(model, lane, entry, now)
-        return [offer(lane, entry)] if admit is None else [admit]
+        return [offer(model, lane, entry)] if admit is None else [admit]
+
+    def stop(self, ticket_id: TicketId) -> list[Decision]:
+        """Distributed mode: the store chose this running ticket as a victim for a more
+        urgent one, possibly waiting on another replica: ``[Preempt]`` (abort or requeue, by
+        its lane's rules). A ticket not running here, or already stopping, gets ``[]``."""
+        entry = self._entries.get(ticket_id)
+        if entry is None or entry.state is not State.RUNNING:
+            return []
+        return [stop_for_store(self._models[entry.ticket.model], entry)]
 
     def use_store(self, now: float) -> list[Decision]:
         """Enter distributed mode (or return to it): the store's limits replace the local
@@ -240,7 +251,10 @@ class Scheduler(SchedulerState):
         self._closed = False
         for model in self._models.values():
             model.set_share(1.0)
-        return [offer(self._lane_of(entry), entry) for entry in self._waiting()]
+        return [
+            offer(self._models[entry.ticket.model], self._lane_of(entry), entry)
+            for entry in self._waiting()
+        ]
 
     def lose_store(
         self,
@@ -340,7 +354,8 @@ class Scheduler(SchedulerState):
             model.wakeup = None
             for entry in self._offers:
                 if entry.state is State.QUEUED:
-                    out.append(offer(self._lane_of(entry), entry))
+                    owner = self._models[entry.ticket.model]
+                    out.append(offer(owner, self._lane_of(entry), entry))
             self._offers.clear()
             return
         for lane in model.lane_order:

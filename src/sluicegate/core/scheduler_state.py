@@ -15,11 +15,18 @@ from collections.abc import Mapping
 from sluicegate.core.core_errors import UnknownModelError
 from sluicegate.core.entry import Entry, State
 from sluicegate.core.estimate import lane_work
+from sluicegate.core.preemption import preemptible_after
 from sluicegate.core.ratelimit import TenantRateLimiter
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
 from sluicegate.core.spec import SchedulerSpec
 from sluicegate.core.ticket import Ticket, TicketId
-from sluicegate.core.views import LaneView, ModelView, view_model
+from sluicegate.core.views import (
+    LaneView,
+    ModelView,
+    RunningLease,
+    tenants_running,
+    view_model,
+)
 from sluicegate.core.work_ahead import LaneWork
 
 
@@ -100,6 +107,21 @@ class SchedulerState:
         """The model's running tickets with their token costs (re-written to a returning store)."""
         entries = self._model(model).running_entries.values()
         return [(entry.ticket, entry.cost_tokens) for entry in entries]
+
+    def running_leases(self, model: str, now: float) -> list[RunningLease]:
+        """The model's running tickets as a returning store must know them: token cost,
+        how long until each may be preempted (``None``: never) and whether it borrowed."""
+        runtime = self._model(model)
+        leases = []
+        for entry in runtime.running_entries.values():
+            delay = preemptible_after(runtime.lanes[entry.ticket.lane].spec, entry)
+            left = None if delay is None else max(0.0, entry.admitted_at + delay - now)
+            leases.append(RunningLease(entry.ticket, entry.cost_tokens, left, entry.borrowed))
+        return leases
+
+    def tenants_running(self, model: str) -> dict[tuple[str, str], int]:
+        """The model's running requests per (tenant, lane) (``views.tenants_running``)."""
+        return tenants_running(self._model(model))
 
     def counter(self, model: str, lane: str, tenant: str) -> float | None:
         """The tenant's fair-share counter in a lane with ``vtc`` fairness, else ``None``."""

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from sluicegate.core.runtime import ModelRuntime
+from sluicegate.core.ticket import Ticket
+
+OTHER_TENANT = "other"
+"""The bucket every tenant that is not configured by name is shown and labelled under."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,3 +107,60 @@ def view_model(model: ModelRuntime, now: float) -> ModelView:
             for backend in model.backends
         ),
     )
+
+
+class RunningLease(NamedTuple):
+    """A running ticket as distributed mode writes it back to a returning store.
+
+    Attributes:
+        ticket: the ticket.
+        cost_tokens: its share of the in-flight token budget.
+        preemptible_in_s: how long until it may be preempted (0: now); ``None``: never.
+        borrowed: it runs on quota borrowed from a lending lane.
+    """
+
+    ticket: Ticket
+    cost_tokens: int
+    preemptible_in_s: float | None
+    borrowed: bool
+
+
+def tenants_running(model: ModelRuntime) -> dict[tuple[str, str], int]:
+    """Running requests of ``model`` per (tenant, lane), as ``store/scripts/counts.lua`` counts
+    the store's leases: a request counts once, whatever its ``n`` choices (its units)."""
+    counts: dict[tuple[str, str], int] = {}
+    for entry in model.running_entries.values():
+        key = (entry.ticket.tenant, entry.ticket.lane)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def tenant_bucket(tenant: str, configured: Collection[str]) -> str:
+    """The tenant as shown and labelled: its name if configured, else ``OTHER_TENANT``."""
+    return tenant if tenant in configured else OTHER_TENANT
+
+
+def by_tenant(
+    counts: Mapping[tuple[str, str], int], configured: Collection[str]
+) -> dict[str, dict[str, int]]:
+    """(tenant, lane) counts as tenant bucket → lane → count (``tenant_bucket``), zeros left out."""
+    found: dict[str, dict[str, int]] = {}
+    for (tenant, lane), count in counts.items():
+        if count > 0:
+            lanes = found.setdefault(tenant_bucket(tenant, configured), {})
+            lanes[lane] = lanes.get(lane, 0) + count
+    return found
+
+
+def tenant_totals(
+    counts: Mapping[tuple[str, str], int], configured: Collection[str]
+) -> dict[str, int]:
+    """(tenant, lane) counts summed per tenant bucket, what a gauge per tenant exposes: every
+    configured tenant (0 when idle), and ``OTHER_TENANT`` when it runs anything or when no
+    tenant is configured (an open gateway's requests are all ``other``)."""
+    totals = dict.fromkeys(sorted(configured), 0)
+    if not configured:
+        totals[OTHER_TENANT] = 0
+    for tenant, lanes in by_tenant(counts, configured).items():
+        totals[tenant] = totals.get(tenant, 0) + sum(lanes.values())
+    return totals

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import gc
 import os
 import socket
@@ -159,10 +158,7 @@ def build_app(
         poller = asyncio.create_task(poll_forever(state)) if scrape else None
         pressure = None
         if state.pressure is not None:
-            # A closed lane's refusals advise a retry after the next poll.
-            apply = functools.partial(
-                state.driver.set_pressure, retry_s=state.pressure.spec.interval_s
-            )
+            apply = state.driver.set_pressure
             pressure = asyncio.create_task(state.pressure.run(state.upstream.session, apply))
         if isinstance(clock, OffsetClock):
             clock.watch(asyncio.get_running_loop(), state.driver.clock_jumped)

@@ -29,6 +29,7 @@ from sluicegate.core.decisions import (
     Reject,
     Reserve,
 )
+from sluicegate.core.entry import State
 from sluicegate.core.ratelimit import TenantRateLimiter
 from sluicegate.core.retry import retry_wait_s
 from sluicegate.core.scheduler import Scheduler
@@ -212,12 +213,20 @@ class SchedulerDriver:
     # ------------------------------------------------------------------ store link calls
 
     def granted(self, model: str, ticket_id: TicketId) -> None:
-        """The store granted a global slot: admit the ticket, or give the slot back."""
+        """The store granted a global slot: admit the ticket, or give the slot back. A grant
+        for a ticket already running here repeats one it had (a re-offer after a listener
+        failure): it is the same slot, so nothing is given back."""
         decisions = self.scheduler.grant(ticket_id, self._clock())
         if not decisions or not isinstance(decisions[0], Admit):
+            if self.scheduler.state_of(ticket_id) in (State.RUNNING, State.PREEMPTING):
+                return
             assert self.link is not None
             self.link.give_back(model, ticket_id)
         self._execute(decisions)
+
+    def stop(self, ticket_id: TicketId) -> None:
+        """The store chose a running ticket as a victim for a more urgent one: preempt it."""
+        self._execute(self.scheduler.stop(ticket_id))
 
     def store_lost(self, *, fail_open: bool, share: float, limiter: TenantRateLimiter) -> None:
         """The store failed: admit locally at ``share`` of the limits, or close."""

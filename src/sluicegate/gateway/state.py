@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from sluicegate.config import Config
 from sluicegate.core.scheduler import Scheduler
@@ -15,7 +15,7 @@ from sluicegate.gateway.clock import Clock, wall_anchored_clock
 from sluicegate.gateway.distributed.distributed_metrics import StoreMetrics
 from sluicegate.gateway.distributed.store_link import StoreLink
 from sluicegate.gateway.http_errors import GatewayError
-from sluicegate.gateway.ops.pressure_loop import PressureLoop
+from sluicegate.gateway.ops.pressure_loop import PressureLoop, fleet_lease
 from sluicegate.gateway.ops.pressure_metrics import PressureGauges
 from sluicegate.gateway.request.auth import KeyRing, only_bearer
 from sluicegate.gateway.request.gateway_metrics import GatewayMetrics
@@ -97,6 +97,12 @@ class GatewayState:
                 is_global=lambda: link.is_global,
                 replicas=lambda: link.replicas,
                 counts=lambda: link.counts,
+                view=link.view,
+                exposed_tenant=(
+                    None
+                    if config.server.metrics_tenant_label == "none"
+                    else self.metrics.exposed_tenant
+                ),
             )
         self.upstream = Upstream(
             connect_timeout_s=config.server.upstream_connect_timeout_s,
@@ -104,7 +110,8 @@ class GatewayState:
         )
         self.pressure: PressureLoop | None = None
         if config.pressure is not None:
-            self.pressure = PressureLoop(config.pressure, config.models, env)
+            lease = None if self.link is None else fleet_lease(config, self.link.replica)
+            self.pressure = PressureLoop(config.pressure, config.models, env, lease=lease)
             self.metrics.registry.register(PressureGauges(self.pressure, self.scheduler))
 
     def tenant_of(self, authorization: Sequence[str]) -> str:
@@ -117,6 +124,11 @@ class GatewayState:
         if tenant is None:
             raise GatewayError(401, "invalid_api_key", "missing or unknown API key")
         return tenant
+
+    @property
+    def configured_tenants(self) -> Collection[str]:
+        """The configured tenants' names (state and metrics show any other as ``other``)."""
+        return self._tenants.keys()
 
     def tenant_spec(self, tenant: str) -> TenantSpec:
         """The tenant's scheduling settings (defaults for the anonymous tenant)."""
@@ -150,6 +162,7 @@ def _store_link(
             replica=replica,
             lease_ttl_s=settings.lease_ttl_s,
             timeout_s=settings.timeout_ms / 1000.0,
+            cluster=settings.cluster,
         )
 
     replica = settings.replica_id or default_replica_id()

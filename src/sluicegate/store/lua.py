@@ -27,8 +27,9 @@ from typing import Any
 from redis.exceptions import NoScriptError, ResponseError
 
 from sluicegate.store.order import encode_order
-from sluicegate.store.resp import Arg, RespClient
-from sluicegate.store.types import Drop, ModelLimits, Offer, Refund
+from sluicegate.store.resp import Arg, Pipelined
+from sluicegate.store.store_errors import StoreUnavailableError
+from sluicegate.store.types import Drop, GlobalCounts, ModelLimits, Offer, Refund, SyncResult
 
 SCRIPT_FLAGS = "#!lua flags=allow-oom\n"
 """The first line of every script: it runs (and writes) while Redis is at ``maxmemory``."""
@@ -81,11 +82,22 @@ def _refused_flags(script: Script, reply: object) -> bool:
     )
 
 
+def milliseconds(seconds: float | None) -> int:
+    """Seconds as whole milliseconds for a script, ``None`` (never) as -1."""
+    return -1 if seconds is None else max(0, math.ceil(seconds * 1000.0))
+
+
 def sync_args(
-    replica: str, ttl_ms: int, limits: ModelLimits, ops: Sequence[Offer | Drop | Refund]
+    replica: str,
+    ttl_ms: int,
+    limits: ModelLimits,
+    ops: Sequence[Offer | Drop | Refund],
+    now_s: float,
+    seq: int,
 ) -> list[str | int | float]:
-    """``sync.lua``'s arguments for one model: its limits, then its offers and drops in
-    order (refunds go to ``refund.lua``).
+    """``sync.lua``'s arguments for one model: its limits, the caller's wall clock
+    ``now_s``, the sync's number ``seq``, then its offers and drops in order (refunds go
+    to ``refund.lua``).
 
     Raises:
         ValueError: an offer's lane is not in ``limits``, or a weight, charge, cost or
@@ -97,10 +109,12 @@ def sync_args(
         ttl_ms,
         limits.cap,
         -1 if limits.token_budget is None else limits.token_budget,
+        milliseconds(now_s),
+        seq,
         len(limits.lanes),
     ]
     for lane in limits.lanes:
-        args += [lane.name, lane.cap, int(lane.borrow), int(lane.fair)]
+        args += [lane.name, lane.cap, int(lane.borrow), int(lane.fair), int(lane.lend)]
     model_ops = [op for op in ops if not isinstance(op, Refund)]
     args.append(len(model_ops))
     for op in model_ops:
@@ -112,7 +126,8 @@ def sync_args(
             if op.cost_tokens < 0:
                 raise ValueError(f"offer {op.ticket!r}: negative cost")
             args += ["O", op.ticket, op.lane, op.tenant, float(op.weight), int(op.cost_tokens)]
-            args += [float(op.vtc_charge), encode_order(op.order)]
+            args += [float(op.vtc_charge), encode_order(op.order), int(op.priority)]
+            args += [milliseconds(op.urgent_at), milliseconds(op.preempt_delay_s)]
         else:
             if not math.isfinite(op.vtc_correction):
                 raise ValueError(f"drop {op.ticket!r}: the correction must be finite")
@@ -120,7 +135,27 @@ def sync_args(
     return args
 
 
-async def _pipeline(client: RespClient, calls: Sequence[Call], deadline: float) -> list[Any]:
+def sync_result(reply: list[Any]) -> SyncResult:
+    """One model's answer to ``sync.lua``.
+
+    Raises:
+        StoreUnavailableError: the store applied a newer sync of this replica (``stale``).
+    """
+    if reply == ["stale"]:
+        raise StoreUnavailableError("the store applied a newer sync of this replica")
+    return SyncResult(
+        granted=tuple(reply[0]),
+        counts=GlobalCounts(
+            running=int(reply[1]),
+            inflight_tokens=int(reply[2]),
+            waiting=int(reply[3]),
+            replicas=int(reply[4]),
+        ),
+        stops=tuple(reply[5]),
+    )
+
+
+async def _pipeline(client: Pipelined, calls: Sequence[Call], deadline: float) -> list[Any]:
     commands: list[list[Arg]] = [
         ["EVALSHA", script.sha, len(keys), *keys, *args] for script, keys, args in calls
     ]
@@ -145,7 +180,7 @@ class LimitScripts:
 
     async def load(
         self,
-        main: Callable[[], RespClient],
+        main: Callable[[], Pipelined],
         deadline: float,
         scripts: Sequence[Script] | None = None,
     ) -> None:
@@ -174,7 +209,7 @@ class LimitScripts:
             script.sha = sha
 
     async def run(
-        self, main: Callable[[], RespClient], calls: Sequence[Call], deadline: float
+        self, main: Callable[[], Pipelined], calls: Sequence[Call], deadline: float
     ) -> list[Any]:
         """Run script calls in one pipeline; reload the scripts a restarted Redis lost and
         retry their calls. A reply that is an error is raised."""

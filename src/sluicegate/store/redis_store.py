@@ -47,14 +47,15 @@ then one ``LPOP`` round trip to drain what else arrived. A request costs its
 share of two syncs (its offer, its drop, batched with whatever else the flush
 carries) plus one ``take`` if its tenant is rate-limited. After a Redis restart
 the first call of each script costs one more (``NOSCRIPT``, ``SCRIPT LOAD``,
-retry). The main connection speaks RESP itself (``store/resp.py``: one write and one
-future per round trip); only the ``BLPOP`` listener uses redis-py. On loopback
-(``benchmarks/bench_store_rtt.py``, 2 loaded cores), medians: ping 0.06 ms, sync with
-1 op 0.17 ms, with 32 ops 1.1–1.4 ms, take 0.1 ms; Redis spends
-about 35 µs of CPU per request (offer, grant, release), so one Redis core
-serves on the order of 25,000 requests/s.
+retry). Every connection speaks RESP itself (``store/resp.py``: one write and one
+future per round trip). Latencies and Redis CPU per request:
+``benchmarks/bench_store_rtt.py`` and docs/BENCHMARKS.md.
 
 Memory pressure: the scripts run while Redis is at its ``maxmemory``; see ``store/lua.py``.
+
+Redis Cluster (``cluster=True``): each call goes to the master of its key's slot, a
+pipeline split per master (``store/cluster_client.py``); a round trip then lasts as long
+as its slowest master, and ``timeout_s`` bounds each.
 
 Sizing. A waiting ticket takes about 340 bytes of Redis memory (fifo order,
 32-character replica id; about 410 with a 3-float order in a ``vtc`` lane of 100
@@ -65,23 +66,23 @@ tenants: ``MEMORY USAGE`` over 10,000 waiting tickets); a running one about 110
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
+import time
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from sluicegate.store.cluster_client import ClusterClient
+from sluicegate.store.grant_listener import GrantListener, OneNode
 from sluicegate.store.keys import check_replica_id, grants_key, model_base, rate_key
-from sluicegate.store.lua import Call, LimitScripts, sync_args
-from sluicegate.store.resp import RespClient
+from sluicegate.store.lua import Call, LimitScripts, milliseconds, sync_args, sync_result
+from sluicegate.store.resp import Pipelined, RespClient
 from sluicegate.store.store_errors import StoreUnavailableError
+from sluicegate.store.tenant_counts import ModelCounts, counts_args, parse_counts
 from sluicegate.store.types import (
     Drop,
-    GlobalCounts,
     Lease,
     ModelLimits,
     Offer,
@@ -99,8 +100,6 @@ _STORE_ERRORS = (RedisError, OSError, EOFError, TimeoutError)
 BLOCK_LATENESS_S = 0.1
 """How late Redis may end a ``BLPOP`` past its timeout: it checks blocked clients'
 timeouts on its cron, every 1/hz s (hz 10 by default); ``next_grants`` waits this much longer."""
-_DRAIN_MAX = 1000
-"""Most grants one ``LPOP`` takes from one list after the blocking pop."""
 
 
 def _rate_args(rate: float | None, burst: float) -> list[str | int | float]:
@@ -124,6 +123,7 @@ class RedisStore:
         replica: str,
         lease_ttl_s: float = 5.0,
         timeout_s: float = 0.05,
+        cluster: bool = False,
     ) -> None:
         if not 0.0 < lease_ttl_s < math.inf or not 0.0 < timeout_s < math.inf:
             raise ValueError("lease_ttl_s and timeout_s must be positive and finite")
@@ -132,48 +132,44 @@ class RedisStore:
         self._replica = check_replica_id(replica)
         self._ttl_ms = max(1, round(lease_ttl_s * 1000.0))
         self._timeout_s = timeout_s
-        self._main_url = url
-        self._client: RespClient | None = None
-        self._listener: Redis | None = None
+        self._cluster = cluster
+        self._client: Pipelined | None = None
+        self._grants: GrantListener | None = None
+        self._grant_models: dict[str, str] = {}
         self._scripts = LimitScripts()
+        self._seq = 0
 
     @property
     def replica(self) -> str:
         """This replica's id in the store."""
         return self._replica
 
-    def _connect_client(self, socket_timeout_s: float | None) -> Redis:
-        return Redis.from_url(
-            self._url,
-            socket_timeout=socket_timeout_s,
-            socket_connect_timeout=self._timeout_s,
-            retry=Retry(NoBackoff(), 0),
-            decode_responses=True,
-        )
-
     async def connect(self) -> None:
         """Create the clients, register the scripts and ping (``StoreUnavailableError`` if down)."""
         if self._client is None:
-            # Hot path (every sync, take and heartbeat): the lean pipelined client.
-            self._client = RespClient(self._main_url, connect_timeout_s=self._timeout_s)
-            # The listener's reads are bounded per call (by next_grants's block_s), not per socket.
-            self._listener = self._connect_client(None)
+            # Hot path (every sync, take and heartbeat): the lean pipelined client(s).
+            router: ClusterClient | OneNode
+            if self._cluster:
+                self._client = router = ClusterClient(self._url, connect_timeout_s=self._timeout_s)
+            else:
+                self._client = RespClient(self._url, connect_timeout_s=self._timeout_s)
+                router = OneNode(self._url)
+            self._grants = GrantListener(router, connect_timeout_s=self._timeout_s)
             self._scripts.reset()
         await self.ping()
         await self._guarded(self._scripts.load(self._main, self._deadline()))
 
     async def close(self) -> None:
-        """Close both clients (idempotent, never raises: a store that stopped answering
+        """Close every connection (idempotent, never raises: a store that stopped answering
         cannot refuse a close); ``connect`` may be called again afterwards."""
-        client, listener = self._client, self._listener
-        self._client = self._listener = None
+        client, grants = self._client, self._grants
+        self._client = self._grants = None
         if client is not None:
             client.close()
-        if listener is not None:
-            with contextlib.suppress(*_STORE_ERRORS):
-                await asyncio.wait_for(listener.aclose(), self._timeout_s)
+        if grants is not None:
+            await grants.close()
 
-    def _main(self) -> RespClient:
+    def _main(self) -> Pipelined:
         if self._client is None:
             raise StoreUnavailableError("the store is not connected")
         return self._client
@@ -189,20 +185,12 @@ class RedisStore:
         try:
             return await call
         except _STORE_ERRORS as error:
-            raise StoreUnavailableError(f"redis store: {type(error).__name__}: {error}") from error
-
-    @staticmethod
-    async def _bounded(call: Awaitable[_T], timeout_s: float) -> _T:
-        """``call`` on the listener (redis-py), within ``timeout_s``; errors as
-        ``StoreUnavailableError``."""
-        try:
-            async with asyncio.timeout(timeout_s):
-                return await call
-        except _STORE_ERRORS as error:
-            raise StoreUnavailableError(f"redis store: {type(error).__name__}: {error}") from error
+            message = f"redis store: {type(error).__name__}: {error}"
+            timed_out = isinstance(error, TimeoutError | RedisTimeoutError)
+            raise StoreUnavailableError(message, timed_out=timed_out) from error
 
     async def ping(self) -> None:
-        """One round trip to the store."""
+        """One round trip to the store (in a cluster, to every master at once)."""
         main = self._main()
         (reply,) = await self._guarded(main.execute([["PING"]], self._deadline()))
         if isinstance(reply, Exception):
@@ -213,8 +201,10 @@ class RedisStore:
         The whole of it (reload and retry included) within ``timeout_s``."""
         return await self._guarded(self._scripts.run(self._main, calls, self._deadline()))
 
-    def _sync_call(self, limits: ModelLimits, ops: Sequence[Offer | Drop | Refund]) -> Call:
-        args = sync_args(self._replica, self._ttl_ms, limits, ops)
+    def _sync_call(
+        self, limits: ModelLimits, ops: Sequence[Offer | Drop | Refund], seq: int
+    ) -> Call:
+        args = sync_args(self._replica, self._ttl_ms, limits, ops, time.time(), seq)
         return self._scripts["sync"], [model_base(self._prefix, limits.model)], args
 
     def _refund_call(self, refund: Refund) -> Call | None:
@@ -226,19 +216,26 @@ class RedisStore:
         return self._scripts["refund"], [rate_key(self._prefix, rates.tenant)], args
 
     async def sync(
-        self, batches: Sequence[tuple[ModelLimits, Sequence[Offer | Drop | Refund]]]
+        self,
+        batches: Sequence[tuple[ModelLimits, Sequence[Offer | Drop | Refund]]],
+        *,
+        seq: int | None = None,
     ) -> list[SyncResult]:
         """Apply each model's ops in order, then fill; one pipelined round trip for all.
 
         Also refreshes this replica's liveness in every model of ``batches``.
         Returns one result per batch, in order: this replica's tickets granted
-        by this sync and the model's global counts after it (``lanes_*`` empty).
+        and to stop, and the model's global counts after it (``lanes_*`` empty).
+        ``seq`` retries the sync of that number (``next_seq``; default: a new one):
+        applied at most once, answered again if it was (``sync.lua``'s fencing).
 
         Raises:
             ValueError: an offer's lane is not in its model's limits, or a
                 weight, charge, cost or correction is out of range.
+            StoreUnavailableError: also when a sync newer than ``seq`` was applied.
         """
-        sync_calls = [self._sync_call(limits, ops) for limits, ops in batches]
+        number = self.next_seq() if seq is None else seq
+        sync_calls = [self._sync_call(limits, ops, number) for limits, ops in batches]
         refund_calls = [
             call
             for _, ops in batches
@@ -246,26 +243,21 @@ class RedisStore:
             if isinstance(op, Refund) and (call := self._refund_call(op)) is not None
         ]
         replies = await self._run([*sync_calls, *refund_calls])
-        return [
-            SyncResult(
-                granted=tuple(reply[0]),
-                counts=GlobalCounts(
-                    running=int(reply[1]),
-                    inflight_tokens=int(reply[2]),
-                    waiting=int(reply[3]),
-                    replicas=int(reply[4]),
-                ),
-            )
-            for reply in replies[: len(sync_calls)]
-        ]
+        return [sync_result(reply) for reply in replies[: len(sync_calls)]]
 
-    async def take(self, rates: TenantRates, tokens: int) -> float:
+    def next_seq(self) -> int:
+        """The number of this replica's next sync (increasing within its session)."""
+        self._seq += 1
+        return self._seq
+
+    async def take(self, rates: TenantRates, tokens: int, *, request: str | None = None) -> float:
         """Charge 1 request and ``tokens`` tokens if both of the tenant's buckets allow.
 
         ``core.ratelimit.TenantRateLimiter.try_acquire`` on Redis time: returns
         0.0 when taken, else the seconds until it could be (the longest wait of
         the refusing buckets) and nothing is charged. A tenant without limits
-        is admitted without a round trip.
+        is admitted without a round trip. With ``request`` (unique in this replica's
+        session) a retried take is charged once: its answer is kept for a minute.
 
         Raises:
             ValueError: if ``tokens`` is negative.
@@ -279,7 +271,10 @@ class RedisStore:
             *_rate_args(rates.tokens_per_s, rates.burst_tokens),
             int(tokens),
         ]
-        call = (self._scripts["take"], [rate_key(self._prefix, rates.tenant)], args)
+        keys = [rate_key(self._prefix, rates.tenant)]
+        if request is not None:
+            keys.append(f"{keys[0]}:take:{self._replica}:{request}")
+        call = (self._scripts["take"], keys, args)
         replies = await self._run([call])
         return float(replies[0])
 
@@ -323,7 +318,8 @@ class RedisStore:
         args: list[str | int | float] = [self._replica, self._ttl_ms, len(leases)]
         for lease in leases:
             args += [lease.ticket, lease.lane, lease.tenant, float(lease.weight)]
-            args.append(int(lease.cost_tokens))
+            args += [int(lease.cost_tokens), int(lease.priority)]
+            args += [milliseconds(lease.preemptible_in_s), int(lease.borrowed)]
         call = (self._scripts["resync"], [model_base(self._prefix, limits.model)], args)
         await self._run([call])
 
@@ -333,58 +329,25 @@ class RedisStore:
         """Wait up to ``block_s`` for grants to this replica; ``(model, ticket)`` pairs.
 
         Blocks on this replica's grant lists of all ``models`` on a connection
-        of its own, then drains what else is there. Returns ``[]`` when nothing
-        came within ``block_s``.
+        of its own (in a cluster, one per slot: ``store/grant_listener.py``), then
+        drains what else is there. Returns ``[]`` when nothing came within ``block_s``.
         """
         if not 0.0 < block_s < math.inf:
             raise ValueError(f"block_s must be positive and finite, got {block_s}")
-        listener = self._listener
-        if listener is None:
+        grants = self._grants
+        if grants is None:
             raise StoreUnavailableError("the store is not connected")
         keys = {grants_key(self._prefix, model, self._replica): model for model in models}
         if not keys:
             return []
-        return await self._bounded(
-            self._pop_grants(listener, keys, block_s), block_s + BLOCK_LATENESS_S + self._timeout_s
-        )
+        self._grant_models.update(keys)
+        budget_s = block_s + BLOCK_LATENESS_S + self._timeout_s
+        popped = await self._guarded(grants.pop(list(keys), block_s, budget_s))
+        return [(self._grant_models[key], ticket) for key, ticket in popped]
 
-    @staticmethod
-    async def _pop_grants(
-        listener: Redis, keys: dict[str, str], block_s: float
-    ) -> list[tuple[str, str]]:
-        popped = await listener.blpop(list(keys), timeout=block_s)
-        if popped is None:
-            return []
-        key, ticket = str(popped[0]), str(popped[1])
-        grants = [(keys[key], ticket)]
-        pipe = listener.pipeline(transaction=False)
-        for name in keys:
-            pipe.lpop(name, _DRAIN_MAX)
-        for name, tickets in zip(keys, await pipe.execute(), strict=True):
-            grants += [(keys[name], str(drained)) for drained in tickets or ()]
-        return grants
-
-    async def counts(self, limits: ModelLimits) -> GlobalCounts:
-        """The model's global counts, with running and waiting tickets per lane.
-
-        Every lane of ``limits`` is listed (0 when idle), and so is any other
-        lane with running tickets; ``waiting`` counts the lanes of ``limits``.
-        """
-        args: list[str | int | float] = [len(limits.lanes)]
-        for lane in limits.lanes:
-            args += [lane.name, int(lane.fair)]
-        call: Call = (self._scripts["counts"], [model_base(self._prefix, limits.model)], args)
-        (reply,) = await self._run([call])
-        lanes_running = dict.fromkeys((lane.name for lane in limits.lanes), 0)
-        lanes_waiting = dict(lanes_running)
-        for pairs, target in ((reply[4], lanes_running), (reply[5], lanes_waiting)):
-            for index in range(0, len(pairs), 2):
-                target[pairs[index]] = int(pairs[index + 1])
-        return GlobalCounts(
-            running=int(reply[0]),
-            inflight_tokens=int(reply[1]),
-            waiting=int(reply[2]),
-            replicas=int(reply[3]),
-            lanes_running=lanes_running,
-            lanes_waiting=lanes_waiting,
-        )
+    async def counts(self, limits: ModelLimits) -> ModelCounts:
+        """The model's global counts, with running tickets per lane and per tenant and
+        waiting tickets per lane (``store/tenant_counts.py``); read-only, O(running tickets)."""
+        model = [model_base(self._prefix, limits.model)]
+        (reply,) = await self._run([(self._scripts["counts"], model, counts_args(limits))])
+        return parse_counts(limits, reply)

@@ -9,15 +9,20 @@ URLs: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` (TLS; query
 ``ssl_cert_reqs``, ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``,
 ``ssl_check_hostname``), ``unix://[[user]:password@]/path``; ``?db=N`` and
 ``?password=``/``?username=`` anywhere, as redis-py reads them.
+
+With ``distributed.cluster`` the URL names one node of a Redis Cluster (a seed; a name
+that resolves to several nodes is best), ``check_cluster_url`` says what cannot work there,
+and ``node_url`` gives the URL of each node the cluster announces, with the seed's
+credentials and TLS options.
 """
 
 from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
-__all__ = ["RedisAddress", "parse_redis_url", "tls_context"]
+__all__ = ["RedisAddress", "check_cluster_url", "node_url", "parse_redis_url", "tls_context"]
 
 _IGNORED_QUERY = frozenset(
     {
@@ -103,3 +108,34 @@ def tls_context(options: dict[str, str]) -> ssl.SSLContext:
     if "ssl_certfile" in options:
         context.load_cert_chain(options["ssl_certfile"], options.get("ssl_keyfile"))
     return context
+
+
+def check_cluster_url(url: str) -> None:
+    """Refuse a store URL that cannot name a node of a Redis Cluster.
+
+    Raises:
+        ValueError: a ``unix://`` URL (cluster nodes announce ``host:port``, reached over
+            TCP) or a database other than 0 (a cluster has only database 0); the message
+            never echoes the URL (it may carry a password).
+    """
+    address = parse_redis_url(url)
+    if address.path is not None:
+        raise ValueError(
+            "distributed.cluster: a Redis Cluster is reached over TCP (its nodes announce "
+            "host:port), not a unix:// socket; name one node as redis://host:port"
+        )
+    if address.db != 0:
+        raise ValueError(
+            "distributed.cluster: a Redis Cluster has only database 0; "
+            f"remove the database {address.db} from the store URL"
+        )
+
+
+def node_url(url: str, host: str, port: int) -> str:
+    """``url`` (a cluster's seed) with its host and port replaced by a node's: the same
+    scheme, credentials and query (TLS options)."""
+    parts = urlsplit(url)
+    login = parts.netloc.rpartition("@")[0]
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    netloc = f"{login}@{where}" if login else where
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))

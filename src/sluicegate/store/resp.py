@@ -21,8 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Awaitable, Sequence
+from typing import Any, Protocol, cast
 
 from redis.exceptions import (
     AuthenticationError,
@@ -38,7 +38,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from sluicegate.errors import SluicegateError
 from sluicegate.store.redis_url import parse_redis_url, tls_context
 
-__all__ = ["RespClient", "RespParser", "encode_commands"]
+__all__ = ["Pipelined", "RespClient", "RespParser", "encode_commands"]
 
 Arg = str | int | float | bytes
 _ERROR_CLASSES: dict[str, type[ResponseError] | type[RedisConnectionError]] = {
@@ -219,6 +219,20 @@ class _RespProtocol(asyncio.Protocol):
             self.transport.abort()
 
 
+class Pipelined(Protocol):
+    """What the store runs its commands on: ``RespClient`` (one Redis) or
+    ``ClusterClient`` (``store/cluster_client.py``, the masters of a Redis Cluster)."""
+
+    async def execute(self, commands: Sequence[Sequence[Arg]], deadline: float) -> list[Any]:
+        """``commands``' replies in order, error replies as exception objects (see
+        ``RespClient.execute``)."""
+        ...
+
+    def close(self) -> None:
+        """Drop the connections (pending calls fail); idempotent."""
+        ...
+
+
 class RespClient:
     """One pipelined connection to Redis, opened on the first call and after any failure."""
 
@@ -249,12 +263,25 @@ class RespClient:
             raise RedisConnectionError("the connection to redis was lost")
         if protocol is None or protocol.closed:
             protocol = await self._connection(deadline)
+        return await self._write(protocol, commands, deadline)
+
+    def submit(self, commands: Sequence[Sequence[Arg]], deadline: float) -> Awaitable[list[Any]]:
+        """``execute``, with ``commands`` written at once if the connection is open: the
+        pipelines of several clients then run together without a task each
+        (``ClusterClient``)."""
+        protocol = self._protocol
+        if commands and protocol is not None and not (protocol.closed or protocol.unreported):
+            return self._write(protocol, commands, deadline)
+        return self.execute(commands, deadline)
+
+    @staticmethod
+    def _write(
+        protocol: _RespProtocol, commands: Sequence[Sequence[Arg]], deadline: float
+    ) -> asyncio.Future[list[Any]]:
         future = protocol.send(encode_commands(commands), len(commands))
         timer = asyncio.get_running_loop().call_at(deadline, protocol.expire, future)
-        try:
-            return await future
-        finally:
-            timer.cancel()
+        future.add_done_callback(lambda _: timer.cancel())
+        return future
 
     async def _connection(self, deadline: float) -> _RespProtocol:
         if self._connecting is None:

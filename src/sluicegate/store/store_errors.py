@@ -31,8 +31,13 @@ class StoreUnavailableError(SluicegateError):
 
     Every Redis error, timeout and connection error surfaces as this one type, so
     the gateway has a single failure to switch to its ``on_store_failure`` mode on.
-    The original error is the ``__cause__``.
+    The original error is the ``__cause__``; ``timed_out`` says it was a deadline passed
+    (a slow answer, perhaps only a busy event loop), not a refused or lost connection.
     """
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
 
 
 class StorageError(SluicegateError):

@@ -21,12 +21,14 @@ class LaneLimits:
         borrow: the lane may borrow, so only the model's cap bounds it globally.
         fair: the lane has ``vtc`` fairness: its waiting tickets are served by the
             tenants' global virtual token counters, then by order within a tenant.
+        lend: the lane lends its idle own quota to borrowing lanes.
     """
 
     name: str
     cap: int
     borrow: bool = False
     fair: bool = False
+    lend: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,13 @@ class Offer:
         cost_tokens: what it charges the model's in-flight token budget.
         vtc_charge: what admission adds to its tenant's virtual token counter
             before division by the weight (prompt + 2 × predicted output).
+        priority: its priority (0 most important); a waiter preempts only less
+            important tickets, and the store stops the least important first.
+        urgent_at: when (wall-clock seconds) it becomes entitled to preempt: its
+            latest start, or its lane's ``preempt_after_ms`` passed; ``None``: never.
+        preempt_delay_s: once running, how long until it may be preempted (its lane's
+            ``preemptible`` rule: 0 at once, the predicted time to a fraction of its
+            output); ``None``: never.
     """
 
     ticket: str
@@ -71,6 +80,9 @@ class Offer:
     order: tuple[float, ...]
     cost_tokens: int
     vtc_charge: float
+    priority: int = 0
+    urgent_at: float | None = None
+    preempt_delay_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +138,9 @@ class Lease:
         tenant: its tenant.
         weight: the tenant's weight.
         cost_tokens: its share of the in-flight token budget.
+        priority: its priority.
+        preemptible_in_s: how long until it may be preempted (0: now); ``None``: never.
+        borrowed: it runs on quota borrowed from a lending lane.
     """
 
     ticket: str
@@ -133,6 +148,9 @@ class Lease:
     tenant: str
     weight: float
     cost_tokens: int
+    priority: int = 0
+    preemptible_in_s: float | None = None
+    borrowed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +182,10 @@ class SyncResult:
         granted: tickets of this replica granted a global slot by this sync
             (grants to other replicas reach them through their grant lists).
         counts: the model's global counts after the sync.
+        stops: running tickets of this replica the store chose as victims: stop them
+            (stops of other replicas' tickets reach them through their grant lists).
     """
 
     granted: tuple[str, ...]
     counts: GlobalCounts
+    stops: tuple[str, ...] = ()

@@ -20,10 +20,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
-from sluicegate.config import DistributedSpec
 from sluicegate.core.ratelimit import TenantRateLimiter
+from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.spec import TenantSpec
-from sluicegate.core.ticket import TicketId
 from sluicegate.gateway.distributed.distributed_metrics import StoreMetrics
 from sluicegate.gateway.distributed.link_modes import (
     GRANT_BLOCK_S,
@@ -34,7 +33,10 @@ from sluicegate.gateway.distributed.link_modes import (
     StoreClient,
     distinct_replicas,
 )
+from sluicegate.gateway.distributed.link_view import LinkView
+from sluicegate.gateway.distributed.work_sharing import work_sharing
 from sluicegate.store.redis_store import RedisStore
+from sluicegate.store.store_config import DistributedSpec
 from sluicegate.store.store_errors import StoreUnavailableError
 from sluicegate.store.types import LaneLimits, Lease, ModelLimits
 
@@ -52,12 +54,16 @@ class LinkLifecycle(ABC):
     mode: LinkMode
     replicas: int
     metrics: StoreMetrics | None
+    view: LinkView
     _open_store: Callable[[str], RedisStore]
     _tenants: Mapping[str, TenantSpec]
     _lanes: Mapping[str, tuple[LaneLimits, ...]]
     _client: StoreClient | None
+    _scheduler: Scheduler
     _resyncing: bool
     _tasks: set[asyncio.Task[None]]
+    # Whether the store has ever counted the replicas: until then a fallback knows no share.
+    _counted: bool = False
 
     @abstractmethod
     def _limits(self, model: str) -> ModelLimits:
@@ -76,15 +82,21 @@ class LinkLifecycle(ABC):
         """Run a fill of every model soon (the heartbeat's)."""
 
     @abstractmethod
+    def _deliver(self, model: str, item: str) -> None:
+        """Act on one item of this replica's grant list: a grant or a stop."""
+
+    @abstractmethod
     def _release_offers(self) -> None:
         """Send what was held back while rejoining."""
 
-    @abstractmethod
-    def _work_sharing(self) -> Coroutine[Any, Any, None] | None:
-        """The session's work-sharing task (``None``: no lane sheds)."""
-
     def _fallback_mode(self) -> LinkMode:
-        if self.settings.on_store_failure == "fail_open":
+        """``on_store_failure``; but before the store first counted the replicas,
+        ``fail_open`` needs ``expected_replicas`` to know its share, and without it the
+        replica refuses (``fail_closed``) rather than admit at the whole limits."""
+        settings = self.settings
+        if settings.on_store_failure == "fail_open" and (
+            self._counted or settings.expected_replicas is not None
+        ):
             return LinkMode.FAIL_OPEN
         return LinkMode.FAIL_CLOSED
 
@@ -94,13 +106,18 @@ class LinkLifecycle(ABC):
             return
         self.mode = self._fallback_mode()
         self._resyncing = False
+        self.view.fell_back(self.mode.value)
         self._forget()
+        if not self._counted:
+            self.replicas = self.settings.expected_replicas or 1
         share = 1.0 / self.replicas
         effect = (
             f"local limits at 1/{self.replicas}"
             if self.mode is LinkMode.FAIL_OPEN
             else "refusing requests with 503 store_unavailable"
         )
+        if not self._counted:
+            effect += " until the store first answers"
         _log.warning("shared store unavailable (%s: %s): %s", op, exc, effect)
         if self.metrics is not None:
             self.metrics.transitions.labels(self.mode.value).inc()
@@ -112,6 +129,30 @@ class LinkLifecycle(ABC):
             fail_open = self.mode is LinkMode.FAIL_OPEN
             self._client.store_lost(fail_open=fail_open, share=share, limiter=limiter)
         self._spawn(self._probe())
+
+    async def _retrying(self, exc: StoreUnavailableError, op: str, give_up: float) -> bool:
+        """After ``op`` failed: whether to send it again. A timeout is retried while the
+        store answers a ping, until ``give_up``: a busy event loop or a slow moment of the
+        store is no reason to drop to local limits, and the scripts apply a retried call
+        once. A store that answers no ping (stopped, gone), any other failure, or a timeout
+        past ``give_up`` falls back."""
+        if (
+            exc.timed_out
+            and time.monotonic() < give_up
+            and self.mode is LinkMode.GLOBAL
+            and await self._answers()
+            and self.mode is LinkMode.GLOBAL
+        ):
+            if self.metrics is not None:
+                self.metrics.retries.labels(op).inc()
+            return True
+        self._fail(exc, op)
+        return False
+
+    def _retry_budget_s(self) -> float:
+        """How long a timed-out call is retried: half a lease TTL (the replica's leases
+        stay live meanwhile: its heartbeats run apart) and at least two timeouts."""
+        return max(self.settings.lease_ttl_s / 2.0, 2.0 * self.settings.timeout_ms / 1000.0)
 
     def _probing(self) -> bool:
         return any(task.get_name() == "store-probe" for task in self._tasks)
@@ -145,6 +186,7 @@ class LinkLifecycle(ABC):
         assert client is not None
         self.mode = LinkMode.GLOBAL
         self._resyncing = True
+        self.view.entered("rejoining")
         client.store_restored()
         try:
             for model in self._lanes:
@@ -155,12 +197,15 @@ class LinkLifecycle(ABC):
             self._fail(exc, "resync")
             return
         self._resyncing = False
+        self._counted = True
+        self.view.entered(LinkMode.GLOBAL.value)
         _log.warning("shared store available: global mode, %d replica(s)", self.replicas)
         if self.metrics is not None:
             self.metrics.transitions.labels(LinkMode.GLOBAL.value).inc()
         self._spawn(self._heartbeat())
         self._spawn(self._listen())
-        sharing = self._work_sharing()
+        ttl_s, observe = self.settings.lease_ttl_s, self._observe
+        sharing = work_sharing(self.store, self._scheduler, self._client, ttl_s, observe)
         if sharing is not None:
             self._spawn(sharing)
         self._release_offers()
@@ -205,20 +250,24 @@ class LinkLifecycle(ABC):
             try:
                 grants = await self.store.next_grants(models, GRANT_BLOCK_S)
             except StoreUnavailableError as exc:
-                # Not retried: a grant popped before the failure is lost, and only the
-                # fallback's resync gives its slot back.
-                self._fail(exc, "grant listener")
-                return
-            client = self._client
-            assert client is not None
-            for model, ticket_id in grants:
-                client.granted(model, TicketId(ticket_id))
+                if not await self._answers():
+                    self._fail(exc, "grant listener")
+                    return
+                # A grant popped before the failure may be lost: offering every waiting
+                # ticket again has the store grant a leased one again (sync.lua).
+                if self.metrics is not None:
+                    self.metrics.retries.labels("grant listener").inc()
+                client = self._client
+                assert client is not None
+                client.store_restored()
+                continue
+            for model, item in grants:
+                self._deliver(model, item)
 
     async def _answers(self) -> bool:
-        """After a heartbeat failed: does the store answer a ping? A heartbeat slowed past
-        ``timeout_ms`` by a busy event loop is not worth a fallback (it owns no state a
-        retry could lose); a sync that fails falls back at once (its client is waiting, and
-        grants in its lost answer are given back only by the fallback's resync)."""
+        """After a call timed out or a listener failed: does the store answer a ping (within
+        ``timeout_ms``)? If it does, the call was slowed (a busy event loop, a busy store),
+        not lost, and is retried; if not, the store is stopped or gone."""
         try:
             await self.store.ping()
         except StoreUnavailableError:
@@ -226,8 +275,11 @@ class LinkLifecycle(ABC):
         return True
 
     def _observe(self, op: str, started: float) -> None:
+        elapsed = time.perf_counter() - started
+        if op == "sync":
+            self.view.synced(elapsed)
         if self.metrics is not None:
-            self.metrics.round_trip.labels(op).observe(time.perf_counter() - started)
+            self.metrics.round_trip.labels(op).observe(elapsed)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)

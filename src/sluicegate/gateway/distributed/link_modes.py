@@ -9,7 +9,8 @@ from typing import Protocol
 from sluicegate.core.ratelimit import TenantRateLimiter, tenant_buckets
 from sluicegate.core.spec import TenantSpec
 from sluicegate.core.ticket import TicketId
-from sluicegate.store.types import TenantRates
+from sluicegate.core.views import RunningLease
+from sluicegate.store.types import Lease, TenantRates
 
 PROBE_INTERVAL_S = 0.5
 """How often a replica in a fallback asks whether the store is back."""
@@ -25,6 +26,8 @@ GRANT_BLOCK_S = 1.0
 WORK_PERIOD_S = 0.1
 """How often a replica with shedding lanes publishes its work summary and reads the
 others' (``gateway/distributed/work_sharing.py``)."""
+STOP_PREFIX = "!"
+"""Marks a stop on a grant list: ``!<ticket>`` (ticket ids are hex, never start with it)."""
 
 
 class LinkMode(enum.Enum):
@@ -50,8 +53,12 @@ class StoreClient(Protocol):
         """The store is back: offer every queued ticket again."""
         ...
 
+    def stop(self, ticket_id: TicketId) -> None:
+        """The store chose a running ticket of this replica as a preemption victim."""
+        ...
+
     def now(self) -> float:
-        """The driver's clock (the scheduler's ``now``)."""
+        """The scheduler's clock (wall-anchored in distributed mode)."""
         ...
 
 
@@ -69,4 +76,19 @@ def tenant_rates(tenant: TenantSpec) -> TenantRates:
         1.0 if requests is None else requests.burst,
         None if tokens is None else tokens.rate_per_s,
         1.0 if tokens is None else tokens.burst,
+    )
+
+
+def store_lease(running: RunningLease, weight: float) -> Lease:
+    """A running ticket as ``resync`` writes it back to a returning store."""
+    ticket = running.ticket
+    return Lease(
+        ticket.id,
+        ticket.lane,
+        ticket.tenant,
+        weight,
+        running.cost_tokens,
+        ticket.priority,
+        running.preemptible_in_s,
+        running.borrowed,
     )

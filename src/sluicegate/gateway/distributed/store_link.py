@@ -26,11 +26,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from sluicegate.config import DistributedSpec
 from sluicegate.core.decisions import Reserve
 from sluicegate.core.fair_queue import VTC_INPUT_WEIGHT, VTC_OUTPUT_WEIGHT
 from sluicegate.core.scheduler import Scheduler
@@ -40,12 +38,16 @@ from sluicegate.gateway.distributed.distributed_metrics import StoreMetrics
 from sluicegate.gateway.distributed.link_lifecycle import LinkLifecycle
 from sluicegate.gateway.distributed.link_modes import (
     MAX_OPS_PER_SYNC,
+    STOP_PREFIX,
     LinkMode,
     StoreClient,
+    store_lease,
     tenant_rates,
 )
-from sluicegate.gateway.distributed.work_sharing import share_work
+from sluicegate.gateway.distributed.link_view import LinkView
+from sluicegate.gateway.distributed.urgency_timers import UrgencyTimers
 from sluicegate.store.redis_store import RedisStore
+from sluicegate.store.store_config import DistributedSpec
 from sluicegate.store.store_errors import StoreUnavailableError
 from sluicegate.store.types import (
     Drop,
@@ -58,6 +60,11 @@ from sluicegate.store.types import (
 )
 
 _log = logging.getLogger("sluicegate.store")
+
+
+def _no_refunds(ops: list[Offer | Drop | Refund]) -> list[Offer | Drop | Refund]:
+    return [op for op in ops if not isinstance(op, Refund)]
+
 
 __all__ = ["LinkMode", "StoreClient", "StoreLink"]
 
@@ -103,29 +110,32 @@ class StoreLink(LinkLifecycle):
         self._lanes = {
             model.name: tuple(
                 LaneLimits(
-                    lane.name, lane.max_concurrency, lane.borrow, lane.queue_policy[1] == "vtc"
+                    lane.name,
+                    lane.max_concurrency,
+                    lane.borrow,
+                    lane.queue_policy[1] == "vtc",
+                    lane.lend,
                 )
                 for lane in model.lanes
             )
             for model in scheduler.spec.models
         }
-        self._shedding = [
-            model.name
-            for model in scheduler.spec.models
-            if any(lane.shed_hopeless for lane in model.lanes)
-        ]
+        self.view = LinkView(self.mode.value, open_store, self._lanes, tenants)
         self._client: StoreClient | None = None
         self._held: dict[TicketId, _Held] = {}
         self._outbox: dict[str, list[Offer | Drop | Refund]] = {}
         self._resyncing = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._flushing: asyncio.Task[None] | None = None
+        self._urgency = UrgencyTimers(self._nudge)
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self, client: StoreClient) -> None:
         """Connect and enter global mode; if the store is unreachable, start in the fallback
-        (with no replica count learned yet, at the whole limits) and probe."""
+        and probe. No replica count is known yet: ``fail_open`` keeps 1/``expected_replicas``
+        of every limit, or without it refuses with 503 ``store_unavailable`` (as
+        ``fail_closed``) until the store first answers."""
         self._client = client
         try:
             await self.store.connect()
@@ -142,6 +152,7 @@ class StoreLink(LinkLifecycle):
             with contextlib.suppress(asyncio.CancelledError, StoreUnavailableError):
                 await task
         await self.store.close()
+        await self.view.close()
 
     @property
     def is_global(self) -> bool:
@@ -151,7 +162,8 @@ class StoreLink(LinkLifecycle):
     def status(self) -> dict[str, object]:
         """The link's state for ``/admin/state``: mode (``global``, ``rejoining`` while it
         writes its leases back and waits for the other replicas, ``fail_open``,
-        ``fail_closed``), replica and session, replica count, the global counts."""
+        ``fail_closed``), replica and session, replica count, the global counts, and what
+        ``LinkView.status`` adds (since when, fallbacks, last sync, tenants' running counts)."""
         return {
             "kind": "redis",
             "mode": "rejoining" if self._resyncing else self.mode.value,
@@ -167,7 +179,14 @@ class StoreLink(LinkLifecycle):
                 }
                 for model, counts in self.counts.items()
             },
+            **self.view.status(),
         }
+
+    async def read_global_tenants(self) -> None:
+        """In global mode, refresh the store's running tickets per tenant for ``status`` and
+        the metrics (``LinkView.read_tenants``: for ``/admin/state`` and ``/metrics``)."""
+        if self.is_global:
+            await self.view.read_tenants(self.store.replica)
 
     # ------------------------------------------------------------------ driver calls
 
@@ -181,11 +200,14 @@ class StoreLink(LinkLifecycle):
         rates = self._rates[ticket.tenant]
         tokens = ticket.prompt_tokens + ticket.max_tokens
         started = time.perf_counter()
-        try:
-            wait = await self.store.take(rates, tokens)
-        except StoreUnavailableError as exc:
-            self._fail(exc, "take")
-            return None
+        give_up = time.monotonic() + self._retry_budget_s()
+        while True:
+            try:
+                wait = await self.store.take(rates, tokens, request=ticket.id)
+                break
+            except StoreUnavailableError as exc:
+                if not await self._retrying(exc, "take", give_up):
+                    return None
         self._observe("take", started)
         if wait == 0.0:
             self._hold(ticket).charged_tokens = tokens
@@ -205,8 +227,14 @@ class StoreLink(LinkLifecycle):
             reserve.order,
             reserve.cost_tokens,
             reserve.vtc_charge,
+            ticket.priority,
+            reserve.urgent_at,
+            reserve.preempt_delay_s,
         )
         self._send(ticket.model, op)
+        client = self._client
+        if reserve.urgent_at is not None and client is not None and self.mode is LinkMode.GLOBAL:
+            self._urgency.arm(ticket.model, ticket.id, reserve.urgent_at - client.now())
 
     def released(self, ticket_id: TicketId, served: tuple[int, int] | None, *, ended: bool) -> None:
         """A ticket left its slot or its queue: withdraw it or release its lease, and once it
@@ -216,6 +244,7 @@ class StoreLink(LinkLifecycle):
         tenant's counter; ``None`` when unknown (a client that left mid-answer):
         the admission charge stands and nothing is refunded.
         """
+        self._urgency.disarm(ticket_id)
         held = self._held.get(ticket_id)
         if held is None:
             return
@@ -275,18 +304,27 @@ class StoreLink(LinkLifecycle):
                 # A model with an empty list of ops still fills (the heartbeat's tick).
                 batches = [(self._limits(model), ops) for model, ops in self._next_batch()]
                 started = time.perf_counter()
-                try:
-                    results = await self.store.sync(batches)
-                except StoreUnavailableError as exc:
-                    self._fail(exc, "sync")
-                    return
+                seq = self.store.next_seq()
+                give_up = time.monotonic() + self._retry_budget_s()
+                while True:
+                    try:
+                        results = await self.store.sync(batches, seq=seq)
+                        break
+                    except StoreUnavailableError as exc:
+                        if not await self._retrying(exc, "sync", give_up):
+                            return
+                        # Refunds are not fenced: if the first attempt ran they were made.
+                        batches = [(limits, _no_refunds(ops)) for limits, ops in batches]
                 self._observe("sync", started)
                 client = self._client
                 assert client is not None
                 for (limits, _), result in zip(batches, results, strict=True):
                     self.counts[limits.model] = result.counts
                     for ticket_id in result.granted:
+                        self._urgency.disarm(TicketId(ticket_id))
                         client.granted(limits.model, TicketId(ticket_id))
+                    for ticket_id in result.stops:
+                        client.stop(TicketId(ticket_id))
         finally:
             self._flushing = None
 
@@ -309,15 +347,32 @@ class StoreLink(LinkLifecycle):
         return batch
 
     def _leases(self, model: str) -> list[Lease]:
-        running = self._scheduler.running(model)
-        for ticket, _ in running:
-            self._hold(ticket).known = True
-        return [
-            Lease(ticket.id, ticket.lane, ticket.tenant, self._weight(ticket), cost)
-            for ticket, cost in running
-        ]
+        client = self._client
+        assert client is not None
+        running = self._scheduler.running_leases(model, client.now())
+        for lease in running:
+            self._hold(lease.ticket).known = True
+        return [store_lease(lease, self._weight(lease.ticket)) for lease in running]
+
+    def _deliver(self, model: str, item: str) -> None:
+        """What another replica's sync pushed to this one's grant list: a grant, or
+        ``!<ticket>``, a stop of a victim the store chose."""
+        client = self._client
+        assert client is not None
+        if item.startswith(STOP_PREFIX):
+            client.stop(TicketId(item.removeprefix(STOP_PREFIX)))
+            return
+        self._urgency.disarm(TicketId(item))
+        client.granted(model, TicketId(item))
+
+    def _nudge(self, model: str) -> None:
+        """A waiter of ``model`` turned urgent: sync it (the store preempts at the fill)."""
+        if self.mode is LinkMode.GLOBAL:
+            self._outbox.setdefault(model, [])
+            self._release_offers()
 
     def _forget(self) -> None:
+        self._urgency.clear()
         self._outbox.clear()
         for held in self._held.values():
             held.known = False
@@ -330,15 +385,6 @@ class StoreLink(LinkLifecycle):
     def _release_offers(self) -> None:
         if self._outbox and self._flushing is None and not self._resyncing:
             self._flushing = self._spawn(self._flush())
-
-    def _work_sharing(self) -> Coroutine[Any, Any, None] | None:
-        client = self._client
-        if not self._shedding or client is None:
-            return None
-        ttl_ms = max(1, round(self.settings.lease_ttl_s * 1000.0))
-        replica = self.replica
-        args = (self.store, self._scheduler, client.now, self._shedding)
-        return share_work(*args, replica=replica, ttl_ms=ttl_ms, observe=self._observe)
 
     def _weight(self, ticket: Ticket) -> float:
         spec = self._tenants.get(ticket.tenant)

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from sluicegate.core.scheduler import Scheduler
-from sluicegate.gateway.distributed.link_modes import WORK_PERIOD_S
+from sluicegate.gateway.distributed.link_modes import WORK_PERIOD_S, StoreClient
 from sluicegate.store.redis_store import RedisStore
 from sluicegate.store.store_errors import StoreUnavailableError
 from sluicegate.store.work_summary import exchange_work
@@ -55,3 +56,27 @@ async def share_work(
             observe("work", started)
         for model in models:
             scheduler.set_remote_work(model, remote.get(model, {}))
+
+
+def work_sharing(
+    store: RedisStore,
+    scheduler: Scheduler,
+    client: StoreClient | None,
+    lease_ttl_s: float,
+    observe: Callable[[str, float], None],
+) -> Coroutine[Any, Any, None] | None:
+    """A session's ``share_work`` on ``store`` for the models with a shedding lane (``None``
+    when no lane sheds, or without a driver), on the driver's clock; summaries outlive
+    their writer by ``lease_ttl_s``."""
+    models = [
+        model.name
+        for model in scheduler.spec.models
+        if any(lane.shed_hopeless for lane in model.lanes)
+    ]
+    if not models or client is None:
+        return None
+    replica = store.replica.rpartition(".")[0] or store.replica
+    ttl_ms = max(1, round(lease_ttl_s * 1000.0))
+    return share_work(
+        store, scheduler, client.now, models, replica=replica, ttl_ms=ttl_ms, observe=observe
+    )

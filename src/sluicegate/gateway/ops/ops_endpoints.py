@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sluicegate.gateway.batch_lane.batch_metrics import BatchProgress
+from sluicegate.gateway.distributed.link_view import tenant_rows
 from sluicegate.gateway.distributed.siblings import (
     SiblingAnswer,
     ask_siblings,
@@ -99,6 +100,7 @@ class Ops:
             raise GatewayError(
                 401, "invalid_metrics_key", "/metrics needs the metrics key as a bearer token"
             )
+        await self._read_store()
         local = generate_latest(self.state.metrics.registry)
         topology = self.topology
         if topology is None or not self._fans_out(request):
@@ -135,6 +137,7 @@ class Ops:
         """Queues, running counts, limits and backends of every model (of every worker,
         as ``{"workers": [...]}``, under ``serve --workers``)."""
         token = check_admin_read(request, self.state)
+        await self._read_store()
         local = self._local_state()
         topology = self.topology
         if topology is None or not self._fans_out(request):
@@ -142,10 +145,17 @@ class Ops:
         answers = await ask_siblings(topology, "GET", "/admin/state", f"Bearer {token}")
         return _json({"workers": _merged(local, topology.index, answers)})
 
+    async def _read_store(self) -> None:
+        """In distributed mode, refresh the store's running counts per tenant (at most
+        once a second: ``LinkView.read_tenants``)."""
+        if self.state.link is not None:
+            await self.state.link.read_global_tenants()
+
     def _local_state(self) -> dict[str, object]:
         scheduler = self.state.scheduler
         metrics = self.state.metrics
         outcomes = metrics.outcome_counts()
+        configured = self.state.configured_tenants
         models = []
         for name in scheduler.models():
             view = scheduler.view(name, self.state.driver.now())
@@ -188,6 +198,7 @@ class Ops:
                     "max_inflight_tokens": view.max_inflight_tokens,
                     "lanes": lanes,
                     "tenants": tenants,
+                    "tenants_running": tenant_rows(scheduler.tenants_running(name), configured),
                     "backends": [
                         {
                             "name": b.name,

@@ -7,27 +7,71 @@ through the driver. A poll in which any query fails (unreachable, timeout, an
 error answer, a bad query) puts admission back as configured (stage 0): the gateway
 does not guess. The first failure after a success, and the first success after a
 failure, are logged once each.
+
+With a shared store (distributed mode, ``serve --workers``) one replica of the fleet polls:
+each interval every replica claims the store's lease (``store/pressure_lease.py``, held
+for ``LEASE_INTERVALS`` intervals and renewed at every poll). The holder polls and
+publishes the stage it computed; the others read it and apply it exactly as the poller
+does, and take over the poller's stage (a new holder goes on from there, one step per
+poll). A replica that cannot reach the store polls on its own until it can.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from typing import Literal, Protocol
 
 import aiohttp
 import orjson
 
+from sluicegate.config import Config
 from sluicegate.config_pressure import PressureSpec
 from sluicegate.core.pressure import PressureController, PressureSignal, max_stage
 from sluicegate.core.spec import ModelSpec
 from sluicegate.errors import SluicegateError
+from sluicegate.store.pressure_lease import Claim, PressureLease, PublishedStage
+from sluicegate.store.store_errors import StoreUnavailableError
 
-__all__ = ["PressureLoop", "PressureQueryError"]
+__all__ = ["LEASE_INTERVALS", "ApplyStage", "PressureLoop", "PressureQueryError", "fleet_lease"]
 
 log = logging.getLogger("sluicegate.pressure")
+
+LEASE_INTERVALS = 3
+"""The poller's lease, in poll intervals: renewed at every poll (which takes at most two
+intervals, its timeout included), so a live holder keeps it and a dead one's is taken
+over within three."""
+
+Role = Literal["starting", "local", "holder", "follower"]
+"""Who polls, as this process sees it: ``local`` polls on its own (no shared store, or the
+store is unavailable), ``holder`` polls for the fleet, ``follower`` reads the holder's stage."""
+
+
+class ApplyStage(Protocol):
+    """Where each interval's stage goes (``SchedulerDriver.set_pressure``)."""
+
+    def __call__(self, stage: int, *, retry_s: float) -> None:
+        """Move the scheduler to ``stage``; a closed lane's refusals advise ``retry_s``."""
+        ...
+
+
+def fleet_lease(config: Config, replica: str) -> PressureLease | None:
+    """The poller's lease in ``config``'s shared store for ``replica`` (``None`` without a
+    shared store or ``pressure:``)."""
+    if config.pressure is None or not config.shared_store:
+        return None
+    settings = config.distributed
+    return PressureLease(
+        config.store,
+        prefix=settings.key_prefix,
+        replica=replica,
+        lease_s=LEASE_INTERVALS * config.pressure.interval_s,
+        timeout_s=settings.timeout_ms / 1000.0,
+    )
 
 
 class PressureQueryError(SluicegateError):
@@ -42,8 +86,15 @@ class PressureLoop:
         spec: PressureSpec,
         models: tuple[ModelSpec, ...],
         environ: Mapping[str, str] | None = None,
+        *,
+        lease: PressureLease | None = None,
     ) -> None:
         self.spec = spec
+        self.lease = lease
+        self.role: Role = "starting" if lease is not None else "local"
+        self.holder: str | None = None
+        # Age of the stage applied (by Redis's clock) when this replica read it; 0 polled here.
+        self.stage_age_s: float | None = None
         self.signals = tuple(
             PressureSignal(
                 s.name, s.threshold, s.threshold if s.clear_below is None else s.clear_below
@@ -112,11 +163,74 @@ class PressureLoop:
         data = answer.get("data")
         return _largest_sample(data if isinstance(data, dict) else {})
 
-    async def run(self, session: aiohttp.ClientSession, apply: Callable[[int], None]) -> None:
-        """Poll every ``interval_s`` until cancelled, handing each poll's stage to ``apply``."""
-        while True:
-            apply(await self.poll_once(session))
-            await asyncio.sleep(self.spec.interval_s)
+    async def step(self, session: aiohttp.ClientSession) -> tuple[int, float]:
+        """One interval: poll (on its own, or for the fleet as the lease's holder) or read
+        the holder's stage; the stage to apply and the retry hint of a closed lane."""
+        interval = self.spec.interval_s
+        lease = self.lease
+        claim = None
+        if lease is not None:
+            try:
+                claim = await lease.claim()
+            except StoreUnavailableError as exc:
+                self._become("local", None, str(exc))
+            else:
+                mine = claim.holder == lease.replica
+                self._become("holder" if mine else "follower", claim.holder)
+        if claim is not None and self.role == "follower":
+            return self._adopt(claim)
+        stage = await self.poll_once(session)
+        self.stage_age_s = 0.0
+        if lease is not None and self.role == "holder":
+            published = PublishedStage(stage, interval, self.up, self.error, self.readings)
+            with contextlib.suppress(StoreUnavailableError):
+                # Unpublished, the followers keep the last stage; the next claim decides anew.
+                await lease.publish(published)
+        return stage, interval
+
+    def _become(self, role: Role, holder: str | None, why: str = "") -> None:
+        if (role, holder) == (self.role, self.holder):
+            return
+        if role == "local":
+            log.warning("pressure: %s; this replica polls Prometheus on its own", why)
+        elif role == "holder":
+            log.info("pressure: this replica polls Prometheus for the fleet")
+        else:
+            log.info("pressure: %s polls Prometheus; this replica applies its stage", holder)
+        self.role, self.holder = role, holder
+
+    def _adopt(self, claim: Claim) -> tuple[int, float]:
+        """Take the holder's stage and readings as this replica's own (so that, if it takes
+        the lease over, it goes on from there)."""
+        published = claim.published
+        if published is None:  # the holder has published nothing yet
+            return self.stage, self.spec.interval_s
+        before = self.controller.stage
+        self.controller.stage = min(published.stage, self.controller.max_stage)
+        if self.controller.stage != before:
+            log.info("pressure: stage %d -> %d (from %s)", before, self.stage, claim.holder)
+        self.readings = {name: published.readings.get(name) for name in self.readings}
+        self.up, self.polled, self.error = published.up, True, published.error
+        self.stage_age_s = claim.age_s
+        return self.stage, published.retry_s
+
+    async def run(self, session: aiohttp.ClientSession, apply: ApplyStage) -> None:
+        """Run a step every ``interval_s`` until cancelled, handing each stage to ``apply``;
+        then give the lease up, if held, so another replica polls at once."""
+        try:
+            while True:
+                stage, retry_s = await self.step(session)
+                apply(stage, retry_s=retry_s)
+                await asyncio.sleep(self.spec.interval_s)
+        finally:
+            if self.lease is not None:
+                await self.lease.close()
+
+    @property
+    def polls(self) -> bool:
+        """Whether this process ran the queries at its last step (the holder, or one
+        polling on its own)."""
+        return self.role in ("local", "holder") and self.polled
 
     def status(self) -> dict[str, object]:
         """What ``/admin/state`` shows of the loop."""
@@ -128,6 +242,7 @@ class PressureLoop:
             "status": status,
             "error": self.error,
             "interval_s": self.spec.interval_s,
+            "poller": {"role": self.role, "holder": self.holder, "stage_age_s": self.stage_age_s},
             "signals": [
                 {
                     "name": signal.name,

@@ -14,8 +14,8 @@ __all__ = ["PressureGauges"]
 
 
 class PressureGauges(Collector):
-    """``sluicegate_pressure_stage``, ``_up``, ``_signal{signal}``, ``_threshold{signal}`` and
-    ``_tightened{model,lane}`` of one pressure loop."""
+    """``sluicegate_pressure_stage``, ``_up``, ``_poller``, ``_signal{signal}``,
+    ``_threshold{signal}`` and ``_tightened{model,lane}`` of one pressure loop."""
 
     def __init__(self, loop: PressureLoop, scheduler: Scheduler) -> None:
         self._loop = loop
@@ -32,6 +32,11 @@ class PressureGauges(Collector):
             "sluicegate_pressure_up",
             "1 if every pressure query answered at the last poll.",
             value=1.0 if loop.up else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "sluicegate_pressure_poller",
+            "1 if this process polls Prometheus (the fleet's poller, or polling on its own).",
+            value=1.0 if loop.polls else 0.0,
         )
         signal = GaugeMetricFamily(
             "sluicegate_pressure_signal", "Last value of a pressure query.", labels=["signal"]

@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.ticket import Outcome
+from sluicegate.core.views import OTHER_TENANT, tenant_bucket, tenant_totals
 
 LATENCY_BUCKETS = (
     0.005,
@@ -38,7 +39,6 @@ LATENCY_BUCKETS = (
     160.0,
     320.0,
 )
-OTHER_TENANT = "other"
 TENANT_HASH_HEX = 12
 """Hex digits of SHA-256 a hashed tenant label keeps (``server.metrics_tenant_label: hash``)."""
 WAIT_WINDOW_S = 60.0
@@ -125,6 +125,33 @@ class _SchedulerGauges(Collector):
                 healthy.add_metric([name, backend.name], 1.0 if backend.healthy else 0.0)
         yield from (depth, inflight, limit, tokens, kv, healthy)
         yield from (model_limit, model_floor, adaptive, slo)
+
+
+class _TenantGauges(Collector):
+    """This process's running requests per tenant, read from the scheduler at scrape time."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        configured: Collection[str],
+        exposed: Callable[[str], tuple[str, ...]],
+    ) -> None:
+        self._scheduler = scheduler
+        self._configured = configured
+        self._exposed = exposed
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "sluicegate_tenant_inflight_requests",
+            "Requests running in this process per tenant (configured tenants; others are "
+            "'other'); a request counts once, whatever its n.",
+            labels=["model", "tenant"],
+        )
+        for name in self._scheduler.models():
+            running = self._scheduler.tenants_running(name)
+            for tenant, count in tenant_totals(running, self._configured).items():
+                family.add_metric([name, *self._exposed(tenant)], count)
+        yield family
 
 
 class LaneMetrics:
@@ -226,6 +253,8 @@ class GatewayMetrics:
             registry=self.registry,
         )
         self.registry.register(_SchedulerGauges(scheduler, clock))
+        if tenant_label != "none":  # without a tenant label, sluicegate_inflight_requests says it
+            self.registry.register(_TenantGauges(scheduler, self._tenants, self.exposed_tenant))
         self._lanes: dict[tuple[str, str], LaneMetrics] = {}
         self._token_children: dict[tuple[str, str], tuple[Counter, Counter, list[int]]] = {}
 
@@ -251,7 +280,7 @@ class GatewayMetrics:
     def tenant_label(self, tenant: str) -> str:
         """The tenant as a bounded value (a configured name, else ``other``), as
         ``/admin/state`` shows it."""
-        return tenant if tenant in self._tenants else OTHER_TENANT
+        return tenant_bucket(tenant, self._tenants)
 
     def exposed_tenant(self, label: str) -> tuple[str, ...]:
         """The ``tenant`` label values ``/metrics`` shows for ``label`` (of ``tenant_label``):

@@ -21,10 +21,11 @@ from typing import Literal
 
 import orjson
 
-from sluicegate.config import Config, ConfigError, DistributedSpec, load_config
+from sluicegate.config import Config, ConfigError, load_config
 from sluicegate.gateway.app import serve
 from sluicegate.gateway.distributed.siblings import WORKER_ENV, WorkerTopology
 from sluicegate.gateway.workers.private_redis import die_with_parent
+from sluicegate.store.store_config import DistributedSpec
 
 CONFIG_ERROR_EXIT = 3
 """A worker's exit code when the config it reloaded is invalid."""
@@ -79,7 +80,8 @@ class WorkerSpec:
 
 
 def worker_config(config: Config, spec: WorkerSpec) -> Config:
-    """``config`` pointed at the shared store under this worker's replica id."""
+    """``config`` pointed at the shared store under this worker's replica id. With the
+    private Redis the workers are the whole fleet: ``expected_replicas`` is their count."""
     if config.shared_store:
         distributed = config.distributed.model_copy(update={"replica_id": spec.replica})
     else:
@@ -87,6 +89,7 @@ def worker_config(config: Config, spec: WorkerSpec) -> Config:
             replica_id=spec.replica,
             on_store_failure=spec.on_store_failure or "fail_open",
             timeout_ms=spec.timeout_ms or DistributedSpec().timeout_ms,
+            expected_replicas=spec.count,
         )
     return config.model_copy(update={"store": spec.store, "distributed": distributed})
 

@@ -1,6 +1,8 @@
 -- Prepended to every model script. KEYS[1] is the model's key base "{<prefix>:<model>}:".
--- A wait entry is cmsgpack(lane, tenant, cost, weight, vtc_charge, member, fair);
--- a lease is cmsgpack(lane, tenant, cost, weight).
+-- A wait entry is cmsgpack(lane, tenant, cost, weight, vtc_charge, member, fair, priority,
+-- urgent_ms, delay_ms); a lease is cmsgpack(lane, tenant, cost, weight, priority, admitted_ms,
+-- preemptible_from_ms, borrowed). urgent_ms -1: never urgent; delay_ms and
+-- preemptible_from_ms -1: never preemptible. Times are milliseconds on the wall clock.
 local base = KEYS[1]
 
 local function now_ms()
@@ -25,6 +27,7 @@ end
 local function withdraw(replica, ticket, packed)
   local lane, tenant, _, _, _, member, fair = cmsgpack.unpack(packed)
   redis.call('ZREM', queue_key(lane, tenant, fair), member)
+  redis.call('ZREM', base .. 'urg', member)
   redis.call('HDEL', base .. 'wait:' .. replica, ticket)
   local left = 0
   if fair == 1 then
@@ -50,23 +53,29 @@ local function live_replicas(now)
   return redis.call('ZRANGEBYSCORE', base .. 'replicas', now, '+inf')
 end
 
--- Running tickets, their tokens and running tickets per lane, summed over `live`.
+-- Running tickets, their tokens, running and borrowed tickets per lane and borrowed tickets,
+-- summed over `live`.
 local function held_totals(live)
-  local running, tokens, lanes = 0, 0, {}
+  local running, tokens, lanes, lent, borrowed = 0, 0, {}, {}, 0
   for _, replica in ipairs(live) do
     local held = redis.call('HGETALL', base .. 'held:' .. replica)
     for j = 1, #held, 2 do
       local field, value = held[j], tonumber(held[j + 1])
+      local kind = string.sub(field, 1, 2)
       if field == 't' then
         tokens = tokens + value
-      else
+      elseif kind == 'l:' then
         local lane = string.sub(field, 3)
         running = running + value
         lanes[lane] = (lanes[lane] or 0) + value
+      elseif kind == 'b:' then
+        local lane = string.sub(field, 3)
+        borrowed = borrowed + value
+        lent[lane] = (lent[lane] or 0) + value
       end
     end
   end
-  return running, tokens, lanes
+  return running, tokens, lanes, lent, borrowed
 end
 
 -- Waiting tickets of a lane: its sorted set's size, or a fair lane's summed backlog.
@@ -81,9 +90,62 @@ local function lane_waiting(lane, fair)
   return redis.call('ZCARD', queue_key(lane, '', 0))
 end
 
-local function write_lease(replica, ticket, lane, tenant, cost, weight)
-  redis.call('HSET', base .. 'lease:' .. replica, ticket, cmsgpack.pack(lane, tenant, cost, weight))
+-- A lease's key in the victim index and the stop marks: '<replica>|<ticket>'.
+local function lease_key(replica, ticket)
+  return replica .. '|' .. ticket
+end
+
+local function split_key(key)
+  local bar = string.find(key, '|', 1, true)
+  return string.sub(key, 1, bar - 1), string.sub(key, bar + 1)
+end
+
+-- Preemptible leases are indexed in `pv` by priority, then admission time, so the cheapest
+-- victim (least important, then newest: least work lost) is the highest score.
+local VICTIM_SCALE = 1e13
+
+local function write_lease(replica, ticket, lane, tenant, cost, weight, priority, admitted,
+                           preemptible_from, borrowed)
+  redis.call('HSET', base .. 'lease:' .. replica, ticket,
+             cmsgpack.pack(lane, tenant, cost, weight, priority, admitted, preemptible_from,
+                           borrowed))
   local held_key = base .. 'held:' .. replica
   redis.call('HINCRBY', held_key, 't', cost)
   redis.call('HINCRBY', held_key, 'l:' .. lane, 1)
+  if borrowed == 1 then redis.call('HINCRBY', held_key, 'b:' .. lane, 1) end
+  if preemptible_from >= 0 then
+    redis.call('ZADD', base .. 'pv', priority * VICTIM_SCALE + admitted, lease_key(replica, ticket))
+  end
+end
+
+-- Release a lease: its held counts, its victim index entry and its stop mark. Returns the
+-- lease's fields and the stop mark (msgpack of lane, waiter member, borrowed) or nil.
+local function release_lease(replica, ticket, lease)
+  local lane, tenant, cost, weight, priority, admitted, preemptible_from, borrowed =
+    cmsgpack.unpack(lease)
+  redis.call('HDEL', base .. 'lease:' .. replica, ticket)
+  local held_key = base .. 'held:' .. replica
+  redis.call('HINCRBY', held_key, 't', -cost)
+  if redis.call('HINCRBY', held_key, 'l:' .. lane, -1) <= 0 then
+    redis.call('HDEL', held_key, 'l:' .. lane)
+  end
+  if borrowed == 1 and redis.call('HINCRBY', held_key, 'b:' .. lane, -1) <= 0 then
+    redis.call('HDEL', held_key, 'b:' .. lane)
+  end
+  local key = lease_key(replica, ticket)
+  redis.call('ZREM', base .. 'pv', key)
+  local mark = redis.call('HGET', base .. 'stop', key)
+  if mark then redis.call('HDEL', base .. 'stop', key) end
+  return lane, tenant, weight, mark
+end
+
+-- Forget all of a replica's leases (resync, reaping): counts, victim index, stop marks.
+local function forget_leases(replica)
+  local tickets = redis.call('HKEYS', base .. 'lease:' .. replica)
+  for _, ticket in ipairs(tickets) do
+    local key = lease_key(replica, ticket)
+    redis.call('ZREM', base .. 'pv', key)
+    redis.call('HDEL', base .. 'stop', key)
+  end
+  redis.call('DEL', base .. 'lease:' .. replica, base .. 'held:' .. replica)
 end

@@ -6,7 +6,8 @@ local replicas_key = base .. 'replicas'
 redis.call('ZADD', replicas_key, now + ttl, replica)
 for _, dead in ipairs(redis.call('ZRANGEBYSCORE', replicas_key, '-inf', '(' .. fmt(now - ttl))) do
   withdraw_all(dead)
-  redis.call('DEL', base .. 'lease:' .. dead, base .. 'held:' .. dead, base .. 'grants:' .. dead)
+  forget_leases(dead)
+  redis.call('DEL', base .. 'grants:' .. dead)
   redis.call('ZREM', replicas_key, dead)
 end
 return redis.call('ZCOUNT', replicas_key, now, '+inf')

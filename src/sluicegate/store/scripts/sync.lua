@@ -1,19 +1,35 @@
--- ARGV: replica, lease_ttl_ms, model cap, token budget (-1: none), lane count,
--- lane count × (name, cap, borrow 0|1, fair 0|1), op count, then the ops in order:
---   O ticket lane tenant weight cost vtc_charge order_hex   (offer)
---   D ticket vtc_correction                                  (drop)
--- Applies the ops, fills free global capacity with the best waiters, and returns
--- {this replica's granted tickets, running, tokens, waiting, live replicas}.
+-- ARGV: replica, lease_ttl_ms, model cap, token budget (-1: none), caller's clock (ms), the
+-- sync's sequence number in the replica's session, lane count, lane count × (name, cap,
+-- borrow 0|1, fair 0|1, lend 0|1), op count, then the ops:
+--   O ticket lane tenant weight cost vtc_charge order_hex priority urgent_ms delay_ms  (offer)
+--   D ticket vtc_correction                                                         (drop)
+-- Applies the ops, fills free global capacity with the best waiters (own quotas in lane
+-- order, then borrowing lanes from the idle quota of lending lanes), preempts for waiters
+-- that are urgent or reclaim lent quota (preempt.lua), and returns {this replica's granted
+-- tickets, running, tokens, waiting, live replicas, this replica's tickets to stop}.
+--
+-- Fencing: a replica numbers its syncs and retries a timed-out one under the same number.
+-- The answer is kept (`last:<replica>`), so a sync that ran but whose answer was lost is
+-- answered again, not applied twice; one older than the last applied (an attempt that
+-- reached Redis after its retry and a later sync) is applied never: {'stale'}.
 local replica, ttl = ARGV[1], tonumber(ARGV[2])
 local cap, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
+local caller_now, seq = tonumber(ARGV[5]), tonumber(ARGV[6])
+local last_key = base .. 'last:' .. replica
+local last = redis.call('GET', last_key)
+if last then
+  local last_seq, answer = cmsgpack.unpack(last)
+  if seq == last_seq then return answer end
+  if seq < last_seq then return {'stale'} end
+end
 local lanes, fair_lanes = {}, {}
-local i = 6
-for _ = 1, tonumber(ARGV[5]) do
+local i = 8
+for _ = 1, tonumber(ARGV[7]) do
   local lane = {name = ARGV[i], cap = tonumber(ARGV[i + 1]), borrow = ARGV[i + 2] == '1',
-                fair = ARGV[i + 3] == '1'}
+                fair = ARGV[i + 3] == '1', lend = ARGV[i + 4] == '1'}
   lanes[#lanes + 1] = lane
   fair_lanes[lane.name] = lane.fair
-  i = i + 4
+  i = i + 5
 end
 
 local now = now_ms()
@@ -87,10 +103,15 @@ local function lift(state, lane, tenant)
   if floor > counter(state, lane, tenant) then set_counter(state, lane, tenant, floor) end
 end
 
-local function offer(ticket, lane, tenant, weight, cost, charge, order)
+local regranted = {}
+
+local function offer(ticket, lane, tenant, weight, cost, charge, order, priority, urgent, delay)
   local wait_key = base .. 'wait:' .. replica
-  if redis.call('HEXISTS', wait_key, ticket) == 1
-      or redis.call('HEXISTS', base .. 'lease:' .. replica, ticket) == 1 then
+  if redis.call('HEXISTS', wait_key, ticket) == 1 then return end
+  if redis.call('HEXISTS', base .. 'lease:' .. replica, ticket) == 1 then
+    -- Offered again while it holds a lease: its grant was lost on the way (a grant list
+    -- popped by a listener that then failed). Grant it again.
+    regranted[#regranted + 1] = ticket
     return
   end
   local fair = 0
@@ -104,23 +125,66 @@ local function offer(ticket, lane, tenant, weight, cost, charge, order)
   end
   local member = order .. '|' .. replica .. '|' .. ticket
   redis.call('ZADD', queue_key(lane, tenant, fair), 0, member)
-  redis.call('HSET', wait_key, ticket, cmsgpack.pack(lane, tenant, cost, weight, charge, member, fair))
+  redis.call('HSET', wait_key, ticket,
+             cmsgpack.pack(lane, tenant, cost, weight, charge, member, fair, priority, urgent, delay))
+  if urgent >= 0 then redis.call('ZADD', base .. 'urg', urgent, member) end
+end
+
+local now = now_ms()
+redis.call('ZADD', base .. 'replicas', now + ttl, replica)
+local live_list = live_replicas(now)
+local live = {}
+for _, r in ipairs(live_list) do live[r] = true end
+local granted, stops = regranted, {}
+
+-- The owner and ticket of a waiting-set member '<order>|<replica>|<ticket>'.
+local function parse_member(member)
+  local first = string.find(member, '|', 1, true)
+  local second = string.find(member, '|', first + 1, true)
+  return string.sub(member, first + 1, second - 1), string.sub(member, second + 1)
+end
+
+-- Grant a waiter (its wait entry `packed`) a slot: its tenant's counter in a fair lane, the
+-- lease, and the news to its replica (this sync's answer, or its grant list).
+local function grant(owner, ticket, packed, lent)
+  local lane, tenant, cost, weight, charge, _, fair, priority, _, delay = cmsgpack.unpack(packed)
+  leave(owner, ticket, packed)
+  if fair == 1 then
+    local state = fair_state(lane)
+    local before = counter(state, lane, tenant)
+    redis.call('SET', base .. 'front:' .. lane, fmt(before))
+    set_counter(state, lane, tenant, before + charge / weight)
+  end
+  local preemptible_from = -1
+  if delay >= 0 then preemptible_from = now + delay end
+  write_lease(owner, ticket, lane, tenant, cost, weight, priority, now, preemptible_from, lent)
+  if owner == replica then
+    granted[#granted + 1] = ticket
+  else
+    local grants_key = base .. 'grants:' .. owner
+    redis.call('RPUSH', grants_key, ticket)
+    redis.call('PEXPIRE', grants_key, 3 * ttl)
+  end
+  return lane, cost
 end
 
 local function drop(ticket, correction)
-  local lease_key = base .. 'lease:' .. replica
-  local lease = redis.call('HGET', lease_key, ticket)
+  local lease = redis.call('HGET', base .. 'lease:' .. replica, ticket)
   if lease then
-    local lane, tenant, cost, weight = cmsgpack.unpack(lease)
-    redis.call('HDEL', lease_key, ticket)
-    local held_key = base .. 'held:' .. replica
-    redis.call('HINCRBY', held_key, 't', -cost)
-    if redis.call('HINCRBY', held_key, 'l:' .. lane, -1) <= 0 then
-      redis.call('HDEL', held_key, 'l:' .. lane)
-    end
+    local lane, tenant, weight, mark = release_lease(replica, ticket, lease)
     if fair_lanes[lane] and correction ~= 0 then
       local state = fair_state(lane)
       set_counter(state, lane, tenant, counter(state, lane, tenant) + correction / weight)
+    end
+    if mark then
+      -- A victim stopped for a waiter: the slot it frees is that waiter's, if it still waits.
+      local waiter_lane, member, lent = cmsgpack.unpack(mark)
+      if redis.call('HGET', base .. 'pend', waiter_lane) == lease_key(replica, ticket) then
+        redis.call('HDEL', base .. 'pend', waiter_lane)
+      end
+      local owner, waiter = parse_member(member)
+      local packed = redis.call('HGET', base .. 'wait:' .. owner, waiter)
+      if packed and live[owner] then grant(owner, waiter, packed, lent) end
     end
     return
   end
@@ -133,20 +197,45 @@ i = i + 1
 for _ = 1, nops do
   if ARGV[i] == 'O' then
     offer(ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]),
-          tonumber(ARGV[i + 6]), ARGV[i + 7])
-    i = i + 8
+          tonumber(ARGV[i + 6]), ARGV[i + 7], tonumber(ARGV[i + 8]), tonumber(ARGV[i + 9]),
+          tonumber(ARGV[i + 10]))
+    i = i + 11
   else
     drop(ARGV[i + 1], tonumber(ARGV[i + 2]))
     i = i + 3
   end
 end
 
--- Fill: grant free global capacity, lane by lane, to the best live waiters.
-local live_list = live_replicas(now)
-local live = {}
-for _, r in ipairs(live_list) do live[r] = true end
-local running, tokens, lane_running = held_totals(live_list)
-local granted = {}
+-- Fill: grant free global capacity to the best live waiters, own quotas in lane order, then
+-- borrowing lanes from the idle quota of lending lanes (core/admission.py's two passes).
+local running, tokens, lane_running, lane_borrowed, borrowed = held_totals(live_list)
+local by_name = {}
+for _, lane in ipairs(lanes) do by_name[lane.name] = lane end
+
+local function own(lane)
+  return (lane_running[lane.name] or 0) - (lane_borrowed[lane.name] or 0)
+end
+
+-- Idle own quota of lending lanes, less what is already borrowed (ModelRuntime.lendable).
+local function lendable()
+  local idle = -borrowed
+  for _, lane in ipairs(lanes) do
+    if lane.lend then
+      local used = own(lane)
+      if used < lane.cap then idle = idle + lane.cap - used end
+    end
+  end
+  return idle
+end
+
+local function count_grant(lane_name, cost, lent)
+  running, tokens = running + 1, tokens + cost
+  lane_running[lane_name] = (lane_running[lane_name] or 0) + 1
+  if lent == 1 then
+    borrowed = borrowed + 1
+    lane_borrowed[lane_name] = (lane_borrowed[lane_name] or 0) + 1
+  end
+end
 
 local function least_served(backlog, counters)
   local best, best_counter = nil, nil
@@ -159,65 +248,171 @@ local function least_served(backlog, counters)
   return best
 end
 
+-- A lane's best waiter: its sorted set and member, or nil when none waits.
+local function head_of(lane)
+  if lane.fair then
+    local state = fair_state(lane.name)
+    while true do
+      local tenant = least_served(state.backlog, state.counters)
+      if tenant == nil then return nil end
+      local queue = queue_key(lane.name, tenant, 1)
+      local member = redis.call('ZRANGE', queue, 0, 0)[1]
+      if member then return queue, member end
+      redis.call('HDEL', base .. 'bk:' .. lane.name, tenant)
+      state.backlog[tenant] = nil
+    end
+  end
+  local queue = queue_key(lane.name, '', 0)
+  local member = redis.call('ZRANGE', queue, 0, 0)[1]
+  if member == nil then return nil end
+  return queue, member
+end
+
 -- Waiters of dead replicas met on the way are dropped, at most DEAD_PER_FILL per fill (a
 -- replica that died with thousands waiting must not make one sync outlast its timeout;
 -- the heartbeat's reaping and later fills take the rest).
 local DEAD_PER_FILL = 128
 local dead_dropped = 0
-for _, lane in ipairs(lanes) do
-  if dead_dropped >= DEAD_PER_FILL then break end
-  local limit = cap
-  if not lane.borrow and lane.cap < cap then limit = lane.cap end
-  local lane_run = lane_running[lane.name] or 0
-  local state = nil
-  if lane.fair then state = fair_state(lane.name) end
-  while running < cap and lane_run < limit and dead_dropped < DEAD_PER_FILL do
-    local queue, member = nil, nil
-    if state then
-      local tenant = least_served(state.backlog, state.counters)
-      if tenant == nil then break end
-      queue = queue_key(lane.name, tenant, 1)
-      member = redis.call('ZRANGE', queue, 0, 0)[1]
-      if member == nil then
-        redis.call('HDEL', base .. 'bk:' .. lane.name, tenant)
-        state.backlog[tenant] = nil
-      end
+
+-- Admit from `lane` while it has room (own quota, or lent quota when `lending`).
+local function fill_lane(lane, lending)
+  while running < cap and dead_dropped < DEAD_PER_FILL do
+    if lending then
+      if lendable() <= 0 then return end
+    elseif own(lane) >= lane.cap then
+      return
+    end
+    local queue, member = head_of(lane)
+    if queue == nil then return end
+    local owner, ticket = parse_member(member)
+    local packed = redis.call('HGET', base .. 'wait:' .. owner, ticket)
+    if not packed then
+      redis.call('ZREM', queue, member)
+      dead_dropped = dead_dropped + 1
+    elseif not live[owner] then
+      leave(owner, ticket, packed)
+      dead_dropped = dead_dropped + 1
     else
-      queue = queue_key(lane.name, '', 0)
-      member = redis.call('ZRANGE', queue, 0, 0)[1]
-      if member == nil then break end
+      local cost = select(3, cmsgpack.unpack(packed))
+      if budget >= 0 and running > 0 and tokens + cost > budget then return end
+      local lent = 0
+      if lending then lent = 1 end
+      grant(owner, ticket, packed, lent)
+      count_grant(lane.name, cost, lent)
     end
-    if member then
-      local first = string.find(member, '|', 1, true)
-      local second = string.find(member, '|', first + 1, true)
-      local owner, ticket = string.sub(member, first + 1, second - 1), string.sub(member, second + 1)
-      local packed = redis.call('HGET', base .. 'wait:' .. owner, ticket)
-      if not packed then
-        redis.call('ZREM', queue, member)
-        dead_dropped = dead_dropped + 1
-      else
-        local _, tenant, cost, weight, charge = cmsgpack.unpack(packed)
-        if live[owner] and budget >= 0 and running > 0 and tokens + cost > budget then break end
-        leave(owner, ticket, packed)
-        if not live[owner] then dead_dropped = dead_dropped + 1 end
-        if live[owner] then
-          if state then
-            local before = counter(state, lane.name, tenant)
-            redis.call('SET', base .. 'front:' .. lane.name, fmt(before))
-            set_counter(state, lane.name, tenant, before + charge / weight)
-          end
-          write_lease(owner, ticket, lane.name, tenant, cost, weight)
-          running, tokens, lane_run = running + 1, tokens + cost, lane_run + 1
-          if owner == replica then
-            granted[#granted + 1] = ticket
-          else
-            local grants_key = base .. 'grants:' .. owner
-            redis.call('RPUSH', grants_key, ticket)
-            redis.call('PEXPIRE', grants_key, 3 * ttl)
-          end
+  end
+end
+
+for _, lane in ipairs(lanes) do fill_lane(lane, false) end
+for _, lane in ipairs(lanes) do
+  if lane.borrow then fill_lane(lane, true) end
+end
+
+-- Preemption (core/preemption.py across replicas). A lane has at most one victim stopping
+-- for it (`pend`: lane -> victim's lease key; `stop`: victim's lease key -> msgpack(lane,
+-- waiter member, borrowed)); the victim's drop grants its slot to that waiter.
+local PREEMPT_SCAN = 64
+local URGENT_PER_SYNC = 16
+local preempt_now = math.max(now, caller_now)
+
+local function pending(lane_name)
+  local key = redis.call('HGET', base .. 'pend', lane_name)
+  if not key then return false end
+  local owner, ticket = split_key(key)
+  if live[owner] and redis.call('HEXISTS', base .. 'stop', key) == 1
+      and redis.call('HEXISTS', base .. 'lease:' .. owner, ticket) == 1 then
+    return true
+  end
+  redis.call('HDEL', base .. 'pend', lane_name)
+  redis.call('HDEL', base .. 'stop', key)
+  return false
+end
+
+-- The cheapest running ticket whose stop frees what a waiter of `lane` (priority, cost)
+-- waits for: a borrowed ticket of another lane when reclaiming, else a less important one
+-- (of its own lane, own quota, when the lane is full). Preemptible by its lane's rules, not
+-- admitted this very instant, and its release must make the waiter fit the token budget.
+local function find_victim(lane, priority, cost, reclaim, lane_full)
+  local keys = redis.call('ZREVRANGE', base .. 'pv', 0, PREEMPT_SCAN - 1)
+  for _, key in ipairs(keys) do
+    local owner, ticket = split_key(key)
+    if live[owner] and redis.call('HEXISTS', base .. 'stop', key) == 0 then
+      local lease = redis.call('HGET', base .. 'lease:' .. owner, ticket)
+      if lease then
+        local v_lane, _, v_cost, _, v_priority, admitted, from, lent = cmsgpack.unpack(lease)
+        if not reclaim and v_priority <= priority then return nil end
+        local ok = from >= 0 and from <= preempt_now and admitted < now
+        if reclaim then
+          ok = ok and lent == 1 and v_lane ~= lane.name
+        elseif lane_full then
+          ok = ok and v_lane == lane.name and lent == 0
         end
+        if ok and budget >= 0 and running > 0 and tokens + cost > budget then
+          ok = tokens - v_cost + cost <= budget
+        end
+        if ok then return key, owner, ticket end
       end
     end
+  end
+  return nil
+end
+
+local function preempt_for(lane, member, packed, reclaim, lane_full)
+  local _, _, cost, _, _, _, _, priority = cmsgpack.unpack(packed)
+  local key, owner, ticket = find_victim(lane, priority, cost, reclaim, lane_full)
+  if key == nil then return end
+  -- The slot the waiter will take: the victim's own slot in a full lane; else borrowed when
+  -- its lane's own quota is used up.
+  local lent = 0
+  if not lane_full and own(lane) >= lane.cap then lent = 1 end
+  redis.call('HSET', base .. 'stop', key, cmsgpack.pack(lane.name, member, lent))
+  redis.call('HSET', base .. 'pend', lane.name, key)
+  if owner == replica then
+    stops[#stops + 1] = ticket
+  else
+    local grants_key = base .. 'grants:' .. owner
+    redis.call('RPUSH', grants_key, '!' .. ticket)
+    redis.call('PEXPIRE', grants_key, 3 * ttl)
+  end
+end
+
+-- The head of `lane` and its wait entry, when it waits on a live replica.
+local function live_head(lane)
+  local queue, member = head_of(lane)
+  if queue == nil then return nil end
+  local owner, ticket = parse_member(member)
+  local packed = redis.call('HGET', base .. 'wait:' .. owner, ticket)
+  if packed and live[owner] then return member, packed end
+  return nil
+end
+
+if running >= cap and borrowed > 0 then
+  -- Reclaim: a lane whose own quota is lent out while the model is full takes it back.
+  for _, lane in ipairs(lanes) do
+    if own(lane) < lane.cap and not pending(lane.name) then
+      local member, packed = live_head(lane)
+      if member then preempt_for(lane, member, packed, true, false) end
+    end
+  end
+end
+
+local urgent = redis.call('ZRANGEBYSCORE', base .. 'urg', '-inf', preempt_now,
+                          'LIMIT', 0, URGENT_PER_SYNC)
+for _, member in ipairs(urgent) do
+  local owner, ticket = parse_member(member)
+  local packed = redis.call('HGET', base .. 'wait:' .. owner, ticket)
+  if packed and live[owner] then
+    local lane = by_name[cmsgpack.unpack(packed)]
+    local cost = select(3, cmsgpack.unpack(packed))
+    if lane and not pending(lane.name) then
+      local lane_full = own(lane) >= lane.cap and not (lane.borrow and lendable() > 0)
+      local tokens_full = budget >= 0 and running > 0 and tokens + cost > budget
+      if running >= cap or lane_full or tokens_full then
+        preempt_for(lane, member, packed, false, lane_full)
+      end
+    end
+  elseif not packed then
+    redis.call('ZREM', base .. 'urg', member)
   end
 end
 
@@ -231,4 +426,6 @@ for _, lane in ipairs(lanes) do
   end
 end
 
-return {granted, running, tokens, waiting, #live_list}
+local answer = {granted, running, tokens, waiting, #live_list, stops}
+redis.call('SET', last_key, cmsgpack.pack(seq, answer), 'PX', 3 * ttl)
+return answer

@@ -1,6 +1,12 @@
--- KEYS[1]: the tenant's bucket hash. ARGV: requests_per_s ('' for none), burst_requests,
--- tokens_per_s ('' for none), burst_tokens, tokens. TokenBucket/TenantRateLimiter of
--- core/ratelimit.py on Redis time: returns the wait in seconds as a string, "0" when taken.
+-- KEYS[1]: the tenant's bucket hash; KEYS[2] (optional): this take's record, which makes a
+-- retried take answer what the first attempt did instead of charging twice. ARGV:
+-- requests_per_s ('' for none), burst_requests, tokens_per_s ('' for none), burst_tokens,
+-- tokens. TokenBucket/TenantRateLimiter of core/ratelimit.py on Redis time: returns the wait
+-- in seconds as a string, "0" when taken.
+if KEYS[2] then
+  local done = redis.call('GET', KEYS[2])
+  if done then return done end
+end
 local SLACK_S = 1e-6
 local now = now_s()
 local state = redis.call('HMGET', KEYS[1], 'rl', 'rt', 'tl', 'tt')
@@ -48,4 +54,5 @@ end
 redis.call('HSET', KEYS[1], unpack(fields))
 -- Once refilled to the burst the state equals a fresh (full) bucket's, so it may expire then.
 redis.call('PEXPIRE', KEYS[1], math.ceil(refill_s * 1000) + 1000)
+if KEYS[2] then redis.call('SET', KEYS[2], fmt(wait), 'PX', 60000) end
 return fmt(wait)

@@ -36,6 +36,18 @@ const fmtWait = (seconds) => {
   if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
   return seconds < 10 ? `${seconds.toFixed(2)} s` : `${seconds.toFixed(1)} s`;
 };
+const fmtRoundTrip = (seconds) => {
+  if (seconds === null || seconds === undefined) return "–";
+  const ms = seconds * 1000;
+  return ms < 10 ? `${ms.toFixed(2)} ms` : `${Math.round(ms)} ms`;
+};
+const fmtAge = (seconds) => {
+  if (seconds === null || seconds === undefined) return "–";
+  if (seconds < 10) return `${seconds.toFixed(1)} s`;
+  if (seconds < 120) return `${Math.round(seconds)} s`;
+  if (seconds < 7200) return `${Math.floor(seconds / 60)} min`;
+  return `${Math.floor(seconds / 3600)} h`;
+};
 const fmtPercent = (fraction) => (fraction === null ? "–" : `${Math.round(fraction * 100)}%`);
 const fmtClock = (unix) => new Date(unix * 1000).toLocaleTimeString("en-GB");
 
@@ -102,6 +114,36 @@ function renderHeader(view, live) {
   box.hidden = errors.length === 0;
 }
 
+const MODE_KINDS = { global: "ok", rejoining: "warn", fail_open: "bad", fail_closed: "bad" };
+
+// Each replica's (each worker's) view of the shared store: its mode and for how long, its
+// last sync's round trip and age, its fallbacks so far.
+function renderLinks(view) {
+  const box = document.getElementById("links");
+  if (view.links.length === 0) {
+    box.replaceChildren();
+    box.hidden = true;
+    return;
+  }
+  const rows = view.links.map((link) => {
+    const inMode = link.since === null ? null : Math.max(0, view.time - link.since);
+    return el("tr", { "data-link": link.session ?? link.replica ?? "" },
+      el("th", { scope: "row" }, link.worker === null ? "" : `worker ${link.worker} `,
+        el("span", { "data-field": "session" }, link.session ?? link.replica ?? "?")),
+      el("td", {}, pill(link.mode ?? "?", MODE_KINDS[link.mode] ?? "plain", "mode")),
+      cell("in-mode", inMode, fmtAge(inMode)),
+      cell("sync-rtt", link.rtt, fmtRoundTrip(link.rtt)),
+      cell("sync-age", link.age, link.age === null ? "never" : `${fmtAge(link.age)} ago`,
+        { class: link.age === null || link.age > 2 ? "num alert" : "num" }),
+      cell("fallbacks", link.fallbacks, fmtInt(link.fallbacks),
+        { class: link.fallbacks ? "num alert" : "num quiet" }),
+      cell("replicas", link.replicas, fmtInt(link.replicas)));
+  });
+  box.replaceChildren(el("h3", {}, "store links"),
+    table(["replica", "mode", "for", "sync round trip", "last sync", "fallbacks", "replicas"], rows, "links"));
+  box.hidden = false;
+}
+
 function laneRow(model, lane, rates) {
   const perOutcome = rates.lanes[`${model.name}\u0000${lane.name}`] || null;
   const total = lane.outcomes ? Object.values(lane.outcomes).reduce((a, b) => a + b, 0) : null;
@@ -141,14 +183,39 @@ function table(headers, rows, className) {
     el("tbody", {}, rows));
 }
 
-function tenantRows(model, rates) {
-  if (!model.tenants || model.tenants.length === 0) {
-    return [el("tr", {}, el("td", { class: "muted", colspan: 7 }, "no requests yet"))];
+const byTenant = (rows) => new Map((rows || []).map((row) => [row.tenant, row]));
+const laneTitle = (row) => (row ? Object.entries(row.lanes).map(([l, n]) => `${l}: ${n}`).join("\n") : null);
+
+// A running count: the tenant's row of `rows` (0 when the list has none for it), or a dash
+// when there is no list at all.
+function runningCell(field, rows, tenant) {
+  if (!rows) return cell(field, null, "–");
+  const row = rows.get(tenant) || null;
+  const value = row ? row.running : 0;
+  return cell(field, value, fmtInt(value), { title: laneTitle(row), class: value ? "num" : "num quiet" });
+}
+
+// Usage and running requests per tenant. In distributed mode, "running" is every replica's
+// (the store's, as last read) and "here" this gateway's; otherwise "running" is this one's.
+function tenantRows(model, rates, distributed) {
+  const usage = byTenant(model.tenants);
+  const here = model.tenantRunning ? byTenant(model.tenantRunning) : null;
+  const all = model.globalTenantRunning ? byTenant(model.globalTenantRunning) : null;
+  const names = [...usage.keys()];
+  const extra = new Set([...(here ? here.keys() : []), ...(all ? all.keys() : [])]);
+  names.push(...[...extra].filter((name) => !usage.has(name)).sort());
+  if (names.length === 0) {
+    return [el("tr", {}, el("td", { class: "muted", colspan: distributed ? 9 : 8 }, "no requests yet"))];
   }
-  return model.tenants.map((tenant) => {
-    const rate = rates.tenants[`${model.name}\u0000${tenant.tenant}`] || {};
-    return el("tr", { "data-model": model.name, "data-tenant": tenant.tenant },
-      el("th", { scope: "row" }, tenant.tenant),
+  return names.map((name) => {
+    const tenant = usage.get(name) || { tenant: name, requests: null, prompt_tokens: null, completion_tokens: null };
+    const rate = rates.tenants[`${model.name}\u0000${name}`] || {};
+    const running = distributed
+      ? [runningCell("running", all, name), runningCell("running-here", here, name)]
+      : [runningCell("running", here, name)];
+    return el("tr", { "data-model": model.name, "data-tenant": name },
+      el("th", { scope: "row" }, name),
+      ...running,
       cell("requests", tenant.requests, fmtInt(tenant.requests)),
       cell("rate-requests", rate.requests ?? null, fmtRate(rate.requests)),
       cell("rate-prompt", rate.prompt ?? null, fmtRate(rate.prompt)),
@@ -200,7 +267,7 @@ function charts(model) {
       format: fmtWait, minMax: 0.1 }));
 }
 
-function renderModel(model, rates) {
+function renderModel(model, rates, distributed) {
   const capText = model.configured_cap !== null && model.configured_cap !== model.cap
     ? ` (configured ${fmtInt(model.configured_cap)})` : "";
   const facts = el("div", { class: "facts" },
@@ -216,9 +283,11 @@ function renderModel(model, rates) {
     el("span", {}, el("i", { class: `swatch c${i % LANE_COLORS.length}` }), lane.name)));
   const laneHeaders = ["lane", "queued", "wait p50", "wait p95", "wait p99", "in flight / limit",
     ...RATE_COLUMNS.map(([, label]) => label), "finished"];
-  const tenants = model.tenants === null ? el("p", { class: "muted" }, "no tenant counters in this gateway's state")
-    : table(["tenant", "requests", "req/s", "prompt tok/s", "completion tok/s", "prompt tokens",
-      "completion tokens"], tenantRows(model, rates), "tenants");
+  const runningHeaders = distributed ? ["running (all replicas)", "running here"] : ["running"];
+  const noTenants = model.tenants === null && model.tenantRunning === null && model.globalTenantRunning === null;
+  const tenants = noTenants ? el("p", { class: "muted" }, "no tenant counters in this gateway's state")
+    : table(["tenant", ...runningHeaders, "requests", "req/s", "prompt tok/s", "completion tok/s",
+      "prompt tokens", "completion tokens"], tenantRows(model, rates, distributed), "tenants");
   return el("section", { class: "model", "data-model": model.name },
     el("header", {}, el("h2", {}, model.name), facts, legend),
     charts(model),
@@ -231,7 +300,10 @@ function renderModel(model, rates) {
 
 function render(raw, view, rates, live) {
   renderHeader(view, live);
-  document.getElementById("models").replaceChildren(...view.models.map((m) => renderModel(m, rates)));
+  renderLinks(view);
+  const distributed = view.links.length > 0;
+  document.getElementById("models").replaceChildren(
+    ...view.models.map((m) => renderModel(m, rates, distributed)));
   lastRendered = { raw, view, rates };
   window.sluicegateLastState = raw;
   window.sluicegateRenders += 1;

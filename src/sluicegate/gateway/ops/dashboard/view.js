@@ -39,6 +39,17 @@ function tenantOf(raw) {
   };
 }
 
+// Running requests of one tenant: in all, and per lane.
+function runningOf(raw) {
+  const lanes = {};
+  for (const [name, count] of Object.entries(raw.lanes || {})) lanes[name] = num(count) ?? 0;
+  return { tenant: String(raw.tenant), running: num(raw.running) ?? 0, lanes };
+}
+
+function runningRows(raw) {
+  return Array.isArray(raw) ? raw.map(runningOf) : null;
+}
+
 function backendOf(raw) {
   return {
     name: String(raw.name),
@@ -65,7 +76,25 @@ function modelOf(raw) {
     max_inflight_tokens: num(raw.max_inflight_tokens),
     lanes: (raw.lanes || []).map(laneOf),
     tenants: Array.isArray(raw.tenants) ? raw.tenants.map(tenantOf) : null,
+    tenantRunning: runningRows(raw.tenants_running), // this gateway's, per tenant
+    globalTenantRunning: null, // every replica's, per tenant, from the store (distributed mode)
     backends: (raw.backends || []).map(backendOf),
+  };
+}
+
+// One replica's store link (a worker's under `serve --workers N`).
+function linkOf(store, worker) {
+  const sync = store.last_sync || null;
+  return {
+    worker: worker ?? null,
+    replica: store.replica ?? null,
+    session: store.session ?? null,
+    mode: store.mode ?? null,
+    since: num(store.mode_since),
+    fallbacks: num(store.fallbacks),
+    rtt: sync ? num(sync.round_trip_s) : null,
+    age: sync ? num(sync.age_s) : null,
+    replicas: num(store.replicas),
   };
 }
 
@@ -99,6 +128,11 @@ function mergeLane(a, b) {
   };
 }
 
+function mergeRunning(a, b) {
+  a.running += b.running;
+  for (const [lane, count] of Object.entries(b.lanes)) a.lanes[lane] = (a.lanes[lane] ?? 0) + count;
+}
+
 function mergeTenant(a, b) {
   for (const field of ["requests", "prompt_tokens", "completion_tokens"]) {
     a[field] = add(a[field], b[field]);
@@ -126,6 +160,10 @@ function mergeModel(a, b) {
     a.tenants = a.tenants || [];
     mergeByName(a.tenants, b.tenants, "tenant", mergeTenant);
   }
+  if (b.tenantRunning) {
+    a.tenantRunning = a.tenantRunning || [];
+    mergeByName(a.tenantRunning, b.tenantRunning, "tenant", mergeRunning);
+  }
   mergeByName(a.backends, b.backends, "name", mergeBackend);
 }
 
@@ -148,9 +186,10 @@ function pressureOf(raw) {
 export function viewOf(state, receivedAt) {
   const parts = Array.isArray(state.workers) ? state.workers : [state];
   const view = {
-    time: null, draining: false, store: null, pressure: null, models: [],
+    time: null, draining: false, store: null, pressure: null, models: [], links: [],
     workers: Array.isArray(state.workers) ? [] : null,
   };
+  let tenantsRead = null; // the freshest read of the store's running requests per tenant
   for (const part of parts) {
     if (view.workers) {
       view.workers.push({ worker: part.worker, pid: part.pid ?? null, error: part.error ?? null });
@@ -159,6 +198,13 @@ export function viewOf(state, receivedAt) {
     view.time = max(view.time, num(part.time));
     view.draining = view.draining || part.draining === true;
     view.store = view.store || part.store || null;
+    if (part.store && part.store.kind === "redis") {
+      view.links.push(linkOf(part.store, part.worker));
+      const read = part.store.global_tenants;
+      // Every worker reads the same global counts: show the freshest read, not a sum.
+      if (read && read.models && num(read.age_s) !== null
+        && (!tenantsRead || read.age_s < tenantsRead.age_s)) tenantsRead = read;
+    }
     const pressure = pressureOf(part.pressure);
     if (pressure && (!view.pressure || pressure.stage > view.pressure.stage || !pressure.up)) {
       view.pressure = pressure;
@@ -166,6 +212,10 @@ export function viewOf(state, receivedAt) {
     mergeByName(view.models, (part.models || []).map(modelOf), "name", mergeModel);
   }
   if (view.time === null) view.time = receivedAt;
+  for (const model of view.models) {
+    const rows = tenantsRead ? tenantsRead.models[model.name] : null;
+    model.globalTenantRunning = Array.isArray(rows) ? rows.map(runningOf) : null;
+  }
   return view;
 }
 
