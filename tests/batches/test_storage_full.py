@@ -35,7 +35,15 @@ import redis
 from sluicegate.batches.redis.redis_batches import RedisBatches
 from sluicegate.config import ConfigError, parse_config
 from sluicegate.gateway.batch_lane.lane import open_backend
-from tests.batches.batch_harness import CHAT, ENVIRON, KEY_A, KEY_B, chat_line, jsonl
+from tests.batches.batch_harness import (
+    CHAT,
+    ENVIRON,
+    KEY_A,
+    KEY_B,
+    chat_line,
+    distributed_section,
+    jsonl,
+)
 from tests.gateway.gateway_harness import (
     MODEL,
     Reply,
@@ -154,11 +162,7 @@ def pin_over_maxmemory(server: RedisServer) -> None:
 
 def distributed_body(store: str, batches: str = "") -> str:
     """Top-level YAML of a distributed gateway with the batch lane on (no ``batches.path``)."""
-    return (
-        TENANTS + f"store: {store}\n"
-        "distributed: {replica_id: gw, on_store_failure: fail_open, timeout_ms: 250}\n"
-        f"batches:\n  poll_interval_s: 0.1\n{batches}"
-    )
+    return distributed_section(store, batches, TENANTS)
 
 
 def assert_limits_global(live: Stack) -> None:
