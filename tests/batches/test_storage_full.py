@@ -283,6 +283,34 @@ def test_a_paused_redis_answers_503_within_the_store_timeout(logs: Logs) -> None
     assert_no_canary(logs)
 
 
+@needs_redis
+def test_a_gateway_stopped_while_its_batch_redis_is_down_shuts_down(logs: Logs) -> None:
+    """Lines in flight, redis-server killed, then the gateway stopped: the runner's last
+    record (the lines it hands back) fails; that is one warning naming them, not a
+    traceback, and the shutdown goes on to its end (uvicorn reports no failed shutdown)."""
+    with (
+        running_redis() as server,
+        gateway(distributed_body(server.url, "  max_inflight: 2\n"), logs) as live,
+    ):
+        lines = [chat_line(f"long{i}", max_tokens=2000) for i in range(4)]
+        file_id = upload(live.base_url, jsonl(lines)).json()["id"]
+        create = {"input_file_id": file_id, "endpoint": CHAT, "completion_window": "24h"}
+        reply = http_call(live.base_url, "POST", "/v1/batches", json=create, key=KEY_A)
+        assert reply.status == 200, reply
+
+        def running() -> float:
+            found = metric(live.base_url, "sluicegate_batch_lines", model=MODEL, state="running")
+            return found or 0.0
+
+        assert wait_until(lambda: running() >= 2, 10.0), logs.text()
+        server.kill()
+    warned = logs.matching("at shutdown")
+    assert len(warned) == 1, logs.text()
+    assert "2 lines handed back" in warned[0], warned
+    assert not logs.matching("Application shutdown failed"), logs.text()
+    assert not logs.matching("Traceback"), logs.text()
+
+
 @contextlib.contextmanager
 def small_disk(path: Path, size: str = "3m") -> Iterator[Path]:
     """A tmpfs of ``size`` mounted at ``path`` (root only; skips the test otherwise)."""
