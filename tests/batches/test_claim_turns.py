@@ -193,6 +193,28 @@ async def test_redis_batches_made_ready_before_the_turns_take_turns(
         await backend.close()
 
 
+async def test_an_idle_redis_claim_writes_nothing(redis_server: RedisServer) -> None:
+    """Every line leased, one waiting to be retried: the first claim that finds nothing
+    drops the batches without ready lines from the rotation; the next ones change nothing
+    in Redis (no write reaches its append-only file), however often the runners ask."""
+    backend = RedisBatches(redis_server.url, prefix=new_id("idle"))
+    await backend.open()
+    try:
+        await batch_of(backend, "t1", "a", 3)
+        await batch_of(backend, "t2", "c", 2)
+        claims = await backend.claim("m1", "A", 5, NOW, LEASE_S)
+        await backend.record([], [Retry(claims[0], NOW + 100, failed=False)], "A")
+        assert await backend.claim("m1", "B", 4, NOW, LEASE_S) == []
+        with redis.Redis.from_url(redis_server.url) as client:
+            before = client.info("persistence")["rdb_changes_since_last_save"]
+            for i in range(5):
+                assert await backend.claim("m1", f"B{i}", 4, NOW + i, LEASE_S) == []
+            after = client.info("persistence")["rdb_changes_since_last_save"]
+        assert after == before
+    finally:
+        await backend.close()
+
+
 @pytest.mark.parametrize("limit", [7, 64])
 async def test_twenty_tenants_take_one_line_each_per_pass(
     backend: BatchBackend, limit: int
