@@ -52,7 +52,7 @@ def test_reserve_says_when_a_ticket_turns_urgent(
     """``urgent_at`` is when the store may preempt for the ticket: ``preempt_after_ms`` after
     it queued, or its latest start (deadline less its predicted service) if sooner; none in
     a model whose lanes are all ``preemptible: never``."""
-    sched = shared(make_spec, make_lane, preempt_after_ms=200)
+    sched = shared(make_spec, make_lane, preempt_after_ms=200, preemptible="always")
     far = make_ticket("far", arrival=7.0, deadline=1000.0)
     _, reserve = sched.submit(far, 7.0)
     assert isinstance(reserve, Reserve)
