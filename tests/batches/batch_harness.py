@@ -43,8 +43,19 @@ TERMINAL = ("completed", "failed", "expired", "cancelled")
 
 def batches_section(path: Path, settings: str = "") -> str:
     """A ``batches:`` section with its database at ``path`` and a fast runner poll, plus
-    ``settings`` (lines indented by four spaces, e.g. ``"    max_lines: 10\\n"``)."""
+    ``settings`` (lines indented by two spaces, e.g. ``"  max_lines: 10\\n"``)."""
     return f"batches:\n  path: {path}\n  poll_interval_s: 0.1\n{settings}"
+
+
+def distributed_section(store: str, batches: str = "", tenants: str = TENANTS) -> str:
+    """Top-level YAML of a distributed gateway (replica ``gw``, local limits while the store
+    fails) whose batch lane keeps its state in ``store`` (no ``batches.path``), with
+    ``tenants`` and a fast runner poll, plus ``batches`` keys (indented by two spaces)."""
+    return (
+        tenants + f"store: {store}\n"
+        "distributed: {replica_id: gw, on_store_failure: fail_open, timeout_ms: 250}\n"
+        f"batches:\n  poll_interval_s: 0.1\n{batches}"
+    )
 
 
 @contextmanager

@@ -86,7 +86,9 @@ async def test_stop_batch_ends_its_lines_with_the_code_and_cancels_it(
     (first,) = await backend.claim("m1", "o", 1, NOW, 30.0)
     assert first.batch_id == gone
     await backend.record([answer(first)], [], "o")
-    (running,) = await backend.claim("m1", "o", 1, NOW, 30.0)
+    held = await backend.claim("m1", "o", 2, NOW, 30.0)  # in turn: kept's line, then gone's
+    assert [c.batch_id for c in held] == [kept, gone]
+    running = held[1]
 
     assert await backend.stop_batch(gone, "tenant_removed", "removed", NOW + 1) is True
     assert await backend.stop_batch(gone, "tenant_removed", "removed", NOW + 1) is False

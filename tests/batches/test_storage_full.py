@@ -35,7 +35,15 @@ import redis
 from sluicegate.batches.redis.redis_batches import RedisBatches
 from sluicegate.config import ConfigError, parse_config
 from sluicegate.gateway.batch_lane.lane import open_backend
-from tests.batches.batch_harness import CHAT, ENVIRON, KEY_A, KEY_B, chat_line, jsonl
+from tests.batches.batch_harness import (
+    CHAT,
+    ENVIRON,
+    KEY_A,
+    KEY_B,
+    chat_line,
+    distributed_section,
+    jsonl,
+)
 from tests.gateway.gateway_harness import (
     MODEL,
     Reply,
@@ -154,11 +162,7 @@ def pin_over_maxmemory(server: RedisServer) -> None:
 
 def distributed_body(store: str, batches: str = "") -> str:
     """Top-level YAML of a distributed gateway with the batch lane on (no ``batches.path``)."""
-    return (
-        TENANTS + f"store: {store}\n"
-        "distributed: {replica_id: gw, on_store_failure: fail_open, timeout_ms: 250}\n"
-        f"batches:\n  poll_interval_s: 0.1\n{batches}"
-    )
+    return distributed_section(store, batches, TENANTS)
 
 
 def assert_limits_global(live: Stack) -> None:
@@ -277,6 +281,34 @@ def test_a_paused_redis_answers_503_within_the_store_timeout(logs: Logs) -> None
     assert sum("batch storage recovered" in line for line in since) == 1, logs.text()
     assert not logs.matching("Traceback"), logs.text()
     assert_no_canary(logs)
+
+
+@needs_redis
+def test_a_gateway_stopped_while_its_batch_redis_is_down_shuts_down(logs: Logs) -> None:
+    """Lines in flight, redis-server killed, then the gateway stopped: the runner's last
+    record (the lines it hands back) fails; that is one warning naming them, not a
+    traceback, and the shutdown goes on to its end (uvicorn reports no failed shutdown)."""
+    with (
+        running_redis() as server,
+        gateway(distributed_body(server.url, "  max_inflight: 2\n"), logs) as live,
+    ):
+        lines = [chat_line(f"long{i}", max_tokens=2000) for i in range(4)]
+        file_id = upload(live.base_url, jsonl(lines)).json()["id"]
+        create = {"input_file_id": file_id, "endpoint": CHAT, "completion_window": "24h"}
+        reply = http_call(live.base_url, "POST", "/v1/batches", json=create, key=KEY_A)
+        assert reply.status == 200, reply
+
+        def running() -> float:
+            found = metric(live.base_url, "sluicegate_batch_lines", model=MODEL, state="running")
+            return found or 0.0
+
+        assert wait_until(lambda: running() >= 2, 10.0), logs.text()
+        server.kill()
+    warned = logs.matching("at shutdown")
+    assert len(warned) == 1, logs.text()
+    assert "2 lines handed back" in warned[0], warned
+    assert not logs.matching("Application shutdown failed"), logs.text()
+    assert not logs.matching("Traceback"), logs.text()
 
 
 @contextlib.contextmanager

@@ -50,12 +50,17 @@ def test_reserve_says_when_a_ticket_turns_urgent(
     make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
 ) -> None:
     """``urgent_at`` is when the store may preempt for the ticket: ``preempt_after_ms`` after
-    it queued, or its latest start (deadline less its predicted service) if sooner."""
-    sched = shared(make_spec, make_lane, preempt_after_ms=200)
+    it queued, or its latest start (deadline less its predicted service) if sooner; none in
+    a model whose lanes are all ``preemptible: never``."""
+    sched = shared(make_spec, make_lane, preempt_after_ms=200, preemptible="always")
     far = make_ticket("far", arrival=7.0, deadline=1000.0)
     _, reserve = sched.submit(far, 7.0)
     assert isinstance(reserve, Reserve)
     assert reserve.urgent_at == 7.2
+    unpreemptible = shared(make_spec, make_lane, preempt_after_ms=200, preemptible="never")
+    _, never = unpreemptible.submit(make_ticket("far", arrival=7.0, deadline=1000.0), 7.0)
+    assert isinstance(never, Reserve)
+    assert never.urgent_at is None  # no lane has a victim: nothing to turn urgent for
     near = make_ticket("near", arrival=7.0, deadline=7.1)
     _, soon = sched.submit(near, 7.0)
     assert isinstance(soon, Reserve)

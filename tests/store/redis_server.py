@@ -2,7 +2,9 @@
 
 ``running_redis()`` starts one and stops it on exit; the ``RedisServer`` it yields
 can stop, kill, pause (SIGSTOP), resume (SIGCONT) and restart the server on the
-same port, to test what the store does when Redis fails.
+same port, to test what the store does when Redis fails. With ``appendfsync`` it
+persists (``appendonly yes``, in its own directory): a restart after a kill loads
+what the append-only file kept.
 """
 
 from __future__ import annotations
@@ -39,14 +41,23 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """One ``redis-server`` process on ``127.0.0.1:port``, without persistence."""
+    """One ``redis-server`` process on ``127.0.0.1:port``, without persistence unless
+    ``appendfsync`` (``always``, ``everysec`` or ``no``) turns its append-only file on."""
 
-    def __init__(self, port: int, workdir: str, args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        port: int,
+        workdir: str,
+        args: Sequence[str] = (),
+        *,
+        appendfsync: str | None = None,
+    ) -> None:
         if port == _DEFAULT_PORT:
             raise ValueError("tests never use Redis's default port 6379")
         self.port = port
         self._workdir = workdir
         self._args = tuple(args)
+        self.appendfsync = appendfsync
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -73,7 +84,11 @@ class RedisServer:
         if not os.path.exists(REDIS_SERVER):
             raise RuntimeError(f"redis-server not found at {REDIS_SERVER}")
         command = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1"]
-        command += ["--save", "", "--appendonly", "no", "--dir", self._workdir]
+        if self.appendfsync is None:
+            command += ["--save", "", "--appendonly", "no", "--dir", self._workdir]
+        else:
+            command += ["--save", "", "--appendonly", "yes", "--appendfsync", self.appendfsync]
+            command += ["--dir", self._workdir]
         command += ["--loglevel", "warning", "--daemonize", "no", *self._args]
         self._process = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -115,11 +130,15 @@ class RedisServer:
 
 
 @contextlib.contextmanager
-def running_redis(port: int | None = None, *, args: Sequence[str] = ()) -> Iterator[RedisServer]:
+def running_redis(
+    port: int | None = None, *, args: Sequence[str] = (), appendfsync: str | None = None
+) -> Iterator[RedisServer]:
     """Start a ``redis-server`` on ``port`` (a free one by default) with extra command-line
-    ``args`` (e.g. ``["--maxmemory", "4mb"]``); kill it on exit."""
+    ``args`` (e.g. ``["--maxmemory", "4mb"]``), persisting with ``appendfsync`` if given;
+    kill it on exit (its files go with it)."""
     with tempfile.TemporaryDirectory(prefix="sluicegate-redis-") as workdir:
-        server = RedisServer(free_port() if port is None else port, workdir, args)
+        port = free_port() if port is None else port
+        server = RedisServer(port, workdir, args, appendfsync=appendfsync)
         server.start()
         try:
             yield server

@@ -274,7 +274,10 @@ class BatchBackend(Protocol):
     async def claim(
         self, model: str, owner: str, limit: int, now: float, lease_s: float
     ) -> list[Claim]:
-        """Up to ``limit`` runnable lines of ``model``, oldest batch first, leased to owner."""
+        """Up to ``limit`` runnable lines of ``model``, leased to owner: those whose lease ran
+        out first, then the others in turn, round-robin across tenants
+        (in byte order of their names) and then across each tenant's batches (by age), each
+        batch's lines in order; the rotation goes on from where the last claim left it."""
 
     async def renew(self, owner: str, claims: Sequence[Claim], until: float) -> None:
         """Extend the lease of these lines, which ``owner`` runs."""

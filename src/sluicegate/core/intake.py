@@ -125,7 +125,7 @@ def offer(model: ModelRuntime, lane: LaneRuntime, entry: Entry) -> Reserve:
         lane.order(entry),
         entry.cost_tokens,
         charge,
-        _finite(urgent_time(model, lane.spec, entry)),
+        _finite(urgent_time(model, lane.spec, entry)) if model.has_victims else None,
         preemptible_after(lane.spec, entry),
     )
 

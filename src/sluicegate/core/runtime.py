@@ -84,6 +84,7 @@ class ModelRuntime:
         "backend_slots",
         "backends",
         "borrowed_running",
+        "has_victims",
         "ceilings",
         "inflight_tokens",
         "kv_capacity",
@@ -106,6 +107,8 @@ class ModelRuntime:
         self.spec = spec
         self.lane_order = [LaneRuntime(lane, weights) for lane in spec.lanes]
         self.lanes = {lane.spec.name: lane for lane in self.lane_order}
+        # Whether any lane's tickets may ever be preempted: if none, no waiter turns urgent.
+        self.has_victims = any(lane.preemptible != "never" for lane in spec.lanes)
         self.backends = [
             BackendState(
                 backend,

@@ -18,7 +18,10 @@ touch any of them):
   and ``n:<id>`` its counters (completed, failed, tokens, lines per model and state);
 - per model, the lines that can run as sorted sets of ``<batch>|<index>``:
   ``ready:<model>`` (by batch age, then index), ``delayed:<model>`` (by
-  ``not_before``) and ``leased:<model>`` (by the end of their lease).
+  ``not_before``) and ``leased:<model>`` (by the end of their lease); and the
+  order of claims: ``turns:<model>``, the batches that may have ready lines by
+  tenant then age, and ``turn:<model>``, where the round-robin across tenants,
+  then each tenant's batches, stands (``scripts/claim.lua``).
 
 Leases are wall-clock times from the callers, as in the SQLite backend, so a
 replica that dies leaves lines that any other claims once their lease ends.
@@ -262,7 +265,7 @@ class RedisBatches:
     async def claim(
         self, model: str, owner: str, limit: int, now: float, lease_s: float
     ) -> list[Claim]:
-        """See ``BatchBackend``: lines whose lease ran out first, then new ones."""
+        """See ``BatchBackend``: lines whose lease ran out first, then ready ones in turn."""
         if limit <= 0:
             return []
         rows = await self._run("claim", model, owner, limit, repr(now), repr(now + lease_s))

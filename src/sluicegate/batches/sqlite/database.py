@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 BUSY_TIMEOUT_MS = 10_000
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
@@ -76,9 +76,9 @@ CREATE TABLE IF NOT EXISTS lines (
     attempts INTEGER NOT NULL DEFAULT 0,
     preemptions INTEGER NOT NULL DEFAULT 0,
     batch_seq INTEGER NOT NULL DEFAULT 0,
+    tenant TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (batch_id, idx)
 );
-CREATE INDEX IF NOT EXISTS lines_to_run ON lines (model, state, batch_seq, idx);
 CREATE INDEX IF NOT EXISTS lines_owned ON lines (owner) WHERE owner IS NOT NULL;
 CREATE TABLE IF NOT EXISTS results (
     batch_id TEXT NOT NULL,
@@ -104,6 +104,23 @@ CREATE INDEX IF NOT EXISTS uploads_by_tenant ON uploads (tenant);
 """Version 2 (quotas and expiry): ``files.expires_at``, ``uploads`` (an upload's quota,
 reserved while its lines are written in steps), and the indexes that find a tenant's
 files and expired ones."""
+_SCHEMA_3 = """
+DROP INDEX IF EXISTS lines_to_run;
+CREATE INDEX IF NOT EXISTS lines_in_turn ON lines (model, state, tenant, batch_seq, idx);
+CREATE TABLE IF NOT EXISTS tenant_turns (
+    model TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS batch_turns (
+    model TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    batch_seq INTEGER NOT NULL,
+    PRIMARY KEY (model, tenant)
+) WITHOUT ROWID;
+"""
+"""Version 3 (claims in turn across tenants, ``sqlite/line_turns.py``): each line names its
+batch's tenant, the index claims walk is by tenant then batch, and where each model's
+rotation stands."""
 
 
 class Database:
@@ -138,7 +155,14 @@ class Database:
                     self.conn.execute(statement)
             if version == 1:
                 self.conn.execute("ALTER TABLE files ADD COLUMN expires_at INTEGER")
-            for statement in _SCHEMA_2.split(";"):
+            lines = {row[1] for row in self.conn.execute("PRAGMA table_info(lines)")}
+            if "tenant" not in lines:
+                self.conn.execute("ALTER TABLE lines ADD COLUMN tenant TEXT NOT NULL DEFAULT ''")
+                self.conn.execute(
+                    "UPDATE lines SET tenant = COALESCE("
+                    "(SELECT tenant FROM batches WHERE batches.id = lines.batch_id), '')"
+                )
+            for statement in (_SCHEMA_2 + _SCHEMA_3).split(";"):
                 if statement.strip():
                     self.conn.execute(statement)
             if version != SCHEMA_VERSION:

@@ -18,11 +18,16 @@ from sluicegate.batches.batch_backend import MAX_REPORTED_ERRORS, Claim, LineRea
 from sluicegate.batches.lines import LineError
 from sluicegate.batches.objects import error_line
 from sluicegate.batches.sqlite.database import Rows
+from sluicegate.batches.sqlite.line_turns import Turns
 
-_RUNNABLE = (
+_STALE = (
     "SELECT l.rowid FROM lines AS l JOIN batches AS b ON b.id = l.batch_id"
-    " WHERE l.model = ? AND l.state = '{state}' AND {when} AND b.status = 'in_progress'"
-    " ORDER BY l.batch_seq, l.idx LIMIT ?"
+    " WHERE l.model = ? AND l.state = 'running' AND l.lease_until < ?"
+    " AND b.status = 'in_progress' ORDER BY l.batch_seq, l.idx LIMIT ?"
+)
+_TAKE = (
+    "UPDATE lines SET state = 'running', owner = ?, lease_until = ? WHERE rowid = ?"
+    " RETURNING batch_id, idx, custom_id, model, body, attempts"
 )
 
 
@@ -37,7 +42,8 @@ class LineStore(Rows):
         conn = self.db.conn
         with self.db.write():
             batch = conn.execute(
-                "SELECT seq, endpoint, lane, input_file_id, status FROM batches WHERE id = ?",
+                "SELECT seq, tenant, endpoint, lane, input_file_id, status FROM batches"
+                " WHERE id = ?",
                 (batch_id,),
             ).fetchone()
             if batch is None or batch["status"] != "validating":
@@ -87,9 +93,9 @@ class LineStore(Rows):
             if not runnable:
                 return self._fail_many(batch_id, problems, now)
             conn.executemany(
-                "INSERT INTO lines (batch_id, idx, custom_id, model, body, batch_seq)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                [(*row, batch["seq"]) for row in runnable],
+                "INSERT INTO lines (batch_id, idx, custom_id, model, body, batch_seq, tenant)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(*row, batch["seq"], batch["tenant"]) for row in runnable],
             )
             conn.executemany(
                 "INSERT INTO results (batch_id, idx, ok, text) VALUES (?, ?, ?, ?)", errors
@@ -115,40 +121,18 @@ class LineStore(Rows):
 
     def claim(self, model: str, owner: str, limit: int, now: float, lease_s: float) -> list[Claim]:
         """Up to ``limit`` runnable lines of ``model``, now this owner's: first lines whose
-        lease ran out (their process died), then pending ones, oldest batch first.
-
-        Both walk the ``lines_to_run`` index in (batch, line) order and stop at ``limit``,
-        so a claim costs the lines it takes (plus retried lines still waiting), not the
-        batch's size.
+        lease ran out (their process died), oldest batch first; then pending ones in turn,
+        round-robin across tenants, then across each tenant's batches (``line_turns``).
         """
+        until = now + lease_s
         with self.db.write() as conn:
-            rowids = [
-                row[0]
-                for row in conn.execute(
-                    _RUNNABLE.format(state="running", when="l.lease_until < ?"),
-                    (model, now, limit),
-                )
-            ]
-            if len(rowids) < limit:
-                rowids += [
-                    row[0]
-                    for row in conn.execute(
-                        _RUNNABLE.format(state="pending", when="l.not_before <= ?"),
-                        (model, now, limit - len(rowids)),
-                    )
-                ]
-            if not rowids:
-                return []
-            marks = ",".join("?" * len(rowids))
-            rows = conn.execute(
-                "UPDATE lines SET state = 'running', owner = ?, lease_until = ?"
-                f" WHERE rowid IN ({marks})"
-                " RETURNING rowid, batch_id, idx, custom_id, model, body, attempts",
-                (owner, now + lease_s, *rowids),
-            ).fetchall()
-        order = {rowid: i for i, rowid in enumerate(rowids)}
-        rows.sort(key=lambda row: order[row[0]])
-        return [Claim(r[1], r[2], r[3], r[4], bytes(r[5]), r[6]) for r in rows]
+            stale = [row[0] for row in conn.execute(_STALE, (model, now, limit))]
+            rows = [conn.execute(_TAKE, (owner, until, rowid)).fetchone() for rowid in stale]
+            turns = Turns(conn, model, now)
+            while len(rows) < limit and (rowids := turns.next_lines(limit - len(rows))):
+                rows += [conn.execute(_TAKE, (owner, until, rowid)).fetchone() for rowid in rowids]
+            turns.save()
+        return [Claim(r[0], r[1], r[2], r[3], bytes(r[4]), r[5]) for r in rows]
 
     def renew(self, owner: str, until: float) -> None:
         """Extend the lease of every line this owner runs (one statement for all of them)."""
@@ -218,7 +202,7 @@ class LineStore(Rows):
     def progress(self) -> tuple[dict[tuple[str, str], int], dict[str, int]]:
         """Lines of unfinished batches per ``(model, state)`` (``queued``, ``running``,
         ``completed``, ``failed``), and batches per status. Only unfinished batches have
-        line rows, so this counts the ``lines_to_run`` index alone."""
+        line rows, so this counts the ``lines_in_turn`` index alone."""
         lines = self.db.conn.execute(
             "SELECT model, CASE state WHEN 'pending' THEN 'queued' ELSE state END, COUNT(*)"
             " FROM lines GROUP BY model, state"

@@ -306,7 +306,9 @@ class BatchRunner:
 
     async def close(self) -> None:
         """Stop every line this process runs and hand it back (it runs again at once, here
-        or in another process), then record what ended."""
+        or in another process), then record what ended. A storage that fails then is
+        logged, not raised: the gateway goes on shutting down, and the lines run again
+        once their lease ends."""
         running = list(self._running.values())
         for one in running:
             one.call.stop()
@@ -315,7 +317,21 @@ class BatchRunner:
         now = time.time()
         for one in running:
             self._retries.append(Retry(one.claim, now, failed=False))
-        await self._flush()
+        results, retries = len(self._results), len(self._retries)
+        try:
+            await self._flush()
+        except Exception as exc:
+            failure = storage_error(exc)
+            if failure is None:
+                raise
+            log.warning(
+                "batch storage %s at shutdown (%s): %d results and %d lines handed back are"
+                " lost; those lines run again once their lease ends",
+                "full" if failure.full else "unavailable",
+                failure.reason,
+                results,
+                retries,
+            )
 
 
 def _parsed(body: bytes) -> Any:

@@ -21,6 +21,7 @@ for _, name in ipairs({'body', 'cid', 'model', 'res'}) do
   end
 end
 local seq, nk = redis.call('HGET', bk, 'seq'), B .. 'n:' .. id
+local entry = turn_entry(redis.call('HGET', bk, 'tenant'), seq, id)
 for i = 7, #ARGV, 2 do
   local model, staged = ARGV[i], stage .. 'ready:' .. ARGV[i]
   local n = redis.call('ZCARD', staged)
@@ -33,6 +34,7 @@ for i = 7, #ARGV, 2 do
     redis.call('ZADD', B .. 'ready:' .. model, unpack(args))
   end
   redis.call('DEL', staged)
+  redis.call('ZADD', B .. 'turns:' .. model, 0, entry)
   redis.call('HSET', nk, 'q|' .. model, ARGV[i + 1])
 end
 redis.call('HSET', nk, 'failed', failed, 'done', failed)

@@ -30,3 +30,9 @@ local function unqueue(id, idx)
   if queued > 0 then return 'q', model end
   return nil, model
 end
+local function turn_entry(tenant, seq, id)
+  -- a batch in its model's rotation (turns:<model>, claim.lua): its tenant's name in hex (so
+  -- entries sort by tenant as SQLite sorts names, and '/' ends the name), its age, its id
+  local name = string.gsub(tenant, '.', function(c) return string.format('%02x', string.byte(c)) end)
+  return name .. '/' .. string.format('%012d', tonumber(seq)) .. '/' .. id
+end
