@@ -6,7 +6,9 @@
 local replica, ttl = ARGV[1], tonumber(ARGV[2])
 withdraw_all(replica)
 forget_leases(replica)
-redis.call('DEL', base .. 'grants:' .. replica)
+-- A new session starts its syncs from 1: a predecessor under the same id (a restarted
+-- worker keeps its replica id) must not fence them off as stale.
+redis.call('DEL', base .. 'grants:' .. replica, base .. 'last:' .. replica)
 local now = now_ms()
 local count = tonumber(ARGV[3])
 local i = 4
