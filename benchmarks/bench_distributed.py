@@ -48,6 +48,7 @@ from distributed_load import (
     interleaved,
 )
 from distributed_preemption import preemption, start_preemption
+from distributed_shedding import shedding_agreement
 from distributed_sizing import sizing
 from distributed_stack import (
     FAST_MODEL,
@@ -80,10 +81,10 @@ SECTION = "bench_distributed"
 HOLD_TOKENS, WAIT_TOKENS, GAP_S = 4, 1, 0.015
 MODES: dict[str, dict[str, object]] = {
     "quick": {"latency_s": 4.0, "warmup": 60, "idle_s": 1.5, "step_s": 1.5, "refine": 1}
-    | {"handoffs": 40, "parked": [1000], "preempt_rounds": 3},
+    | {"handoffs": 40, "parked": [1000], "preempt_rounds": 3, "shedding_s": 15.0},
     "smoke": {"rates": [50.0], "latency_s": 1.0, "warmup": 20, "idle_s": 0.5, "step_s": 1.0}
     | {"start_rate": 100.0, "max_rate": 100.0, "refine": 0, "pause_s": 0.1, "handoffs": 5}
-    | {"parked": [200], "preempt_rounds": 1},
+    | {"parked": [200], "preempt_rounds": 1, "shedding_s": 3.0, "shedding_policies": ["fifo"]},
 }
 """Settings of ``--quick`` and ``--smoke`` (each unless given on the command line)."""
 
@@ -287,6 +288,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--parked", type=int, nargs="+", default=[1000, 5000])
     parser.add_argument("--park-rate", type=float, default=2000.0, help="parked requests/s")
     parser.add_argument("--preempt-rounds", type=int, default=5, help="per fleet")
+    parser.add_argument("--shedding-s", type=float, default=30.0, help="per policy")
+    parser.add_argument("--shedding-policies", nargs="+", default=["fifo", "slack"])
     parser.add_argument("--write", type=Path, default=None, help="Markdown file to update")
     args = parser.parse_args(argv)
     return apply_presets(parser, args, [MODES[m] for m in ("quick", "smoke") if getattr(args, m)])
@@ -303,6 +306,11 @@ def main(argv: list[str] | None = None) -> int:
             pre = start_preemption(stack, redis)
         with asyncio.Runner(loop_factory=fast_loop) as runner:
             grids = runner.run(run(bench, pre, args, console))
+            shedding = shedding_agreement(
+                stack, redis, policies=args.shedding_policies, duration_s=args.shedding_s,
+                console=console,
+            )  # fmt: skip
+            grids.append(runner.run(shedding))
     notes = [
         "Engines: model `m` on the `instant` preset, caps 256 (nothing queues: the gateway "
         "dominates); model `h` on `independent` (10 ms per output token), cap 1. Lanes `fifo`; "

@@ -152,7 +152,7 @@ def test_distributed_smoke_serves_everything_and_keeps_the_cap(tmp_path: Path) -
     ``take``); every hand-off variant timed some hand-offs while the cap-1 engine never
     ran two requests at once; all 200 parked tickets waited in Redis's sorted set; one
     preemption round on each fleet stopped the four long requests for the four urgent ones
-    without exceeding the cap."""
+    without exceeding the cap; the shedding comparison replayed its arrivals on both."""
     _, text = run_smoke("bench_distributed.py", tmp_path)
     body = section(text, "bench_distributed")
     title = "Added latency and CPU per request, one gateway each (per-target open-loop rate)"
@@ -195,6 +195,14 @@ def test_distributed_smoke_serves_everything_and_keeps_the_cap(tmp_path: Path) -
         assert number(row["interactive requests"]) == 4, row
         assert row["long requests stopped"] == "4 of 4", row
         assert number(row["rounds over the cap"]) == 0, row
+    shed_title = body.split("**Shedding: three replicas", 1)[1].split("**", 1)[0]
+    shed = table(body, "Shedding: three replicas" + shed_title)
+    assert [(row["policy"], row["compared with one process"]) for row in shed] == [
+        ("fifo", "3 replicas"),
+        ("fifo", "another process"),
+    ]
+    for row in shed:
+        assert number(row["arrivals"]) > 0, row
 
 
 @pytest.mark.slow
