@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import statistics
 import sys
 import time
@@ -250,14 +251,15 @@ async def _redis_py_cluster(url: str, spread: list[str], calls: int) -> Timed:
     client = RedisCluster.from_url(url)
     sha = await client.script_load(scripts["sync"].text)
     several = [ModelLimits(model, 64, None, (LaneLimits("main", 64),)) for model in spread]
-    batches = [
-        (model_base("sluicegate", lim.model), sync_args(REPLICA, 5000, lim, [])) for lim in several
-    ]
+    numbers = itertools.count(1)
 
     async def call() -> None:
+        # A new sequence number each time: a repeated one is answered from the fencing record.
+        seq = next(numbers)
         pipe = client.pipeline()
-        for base, args in batches:
-            pipe.execute_command("EVALSHA", sha, 1, base, *args)
+        for lim in several:
+            args = sync_args(REPLICA, 5000, lim, [], time.time(), seq)
+            pipe.execute_command("EVALSHA", sha, 1, model_base("sluicegate", lim.model), *args)
         await pipe.execute()
 
     try:

@@ -268,3 +268,27 @@ def test_batch_store_smoke_measures_both_backends(tmp_path: Path) -> None:
         cells = [cell.strip() for cell in line.strip("|").split("|")][1:]
         assert len(cells) == 6, line
         assert all(number(cell) > 0 for cell in cells), line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("flags", "headings"),
+    [
+        ((), ("round trips on loopback", "per waiting ticket", "running tickets per tenant")),
+        (("--cluster",), ("one redis-server | Redis Cluster", "sync, 3 models, redis-py")),
+    ],
+)
+def test_store_rtt_smoke_times_every_table(
+    flags: tuple[str, ...], headings: tuple[str, ...]
+) -> None:
+    """``bench_store_rtt.py`` with few calls ends cleanly and prints each of its tables: on
+    one server the round trips, memory per waiting ticket and the per-tenant read; with
+    ``--cluster`` the cluster beside the single server, redis-py's pipeline included."""
+    command = [sys.executable, "benchmarks/bench_store_rtt.py", "--calls", "30", "--waiting", "50"]
+    done = subprocess.run(
+        [*command, *flags], cwd=ROOT, capture_output=True, text=True, timeout=180, check=False
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for heading in headings:
+        assert heading in done.stdout, done.stdout
+    assert "sync, 1 op" in done.stdout, done.stdout

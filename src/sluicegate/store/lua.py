@@ -28,7 +28,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from sluicegate.store.order import encode_order
 from sluicegate.store.resp import Arg, Pipelined
-from sluicegate.store.store_errors import StoreUnavailableError
+from sluicegate.store.store_errors import StoreSessionLostError, StoreUnavailableError
 from sluicegate.store.types import Drop, GlobalCounts, ModelLimits, Offer, Refund, SyncResult
 
 SCRIPT_FLAGS = "#!lua flags=allow-oom\n"
@@ -94,10 +94,11 @@ def sync_args(
     ops: Sequence[Offer | Drop | Refund],
     now_s: float,
     seq: int,
+    joined: bool = False,
 ) -> list[str | int | float]:
     """``sync.lua``'s arguments for one model: its limits, the caller's wall clock
-    ``now_s``, the sync's number ``seq``, then its offers and drops in order (refunds go
-    to ``refund.lua``).
+    ``now_s``, the sync's number ``seq``, whether the session ``joined`` (resynced: the
+    store must know it), then its offers and drops in order (refunds go to ``refund.lua``).
 
     Raises:
         ValueError: an offer's lane is not in ``limits``, or a weight, charge, cost or
@@ -111,6 +112,7 @@ def sync_args(
         -1 if limits.token_budget is None else limits.token_budget,
         milliseconds(now_s),
         seq,
+        int(joined),
         len(limits.lanes),
     ]
     for lane in limits.lanes:
@@ -143,6 +145,8 @@ def sync_result(reply: list[Any]) -> SyncResult:
     """
     if reply == ["stale"]:
         raise StoreUnavailableError("the store applied a newer sync of this replica")
+    if reply == ["lost"]:
+        raise StoreSessionLostError("the store does not know this replica's session")
     return SyncResult(
         granted=tuple(reply[0]),
         counts=GlobalCounts(

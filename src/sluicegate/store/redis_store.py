@@ -79,7 +79,7 @@ from sluicegate.store.grant_listener import GrantListener, OneNode
 from sluicegate.store.keys import check_replica_id, grants_key, model_base, rate_key
 from sluicegate.store.lua import Call, LimitScripts, milliseconds, sync_args, sync_result
 from sluicegate.store.resp import Pipelined, RespClient
-from sluicegate.store.store_errors import StoreUnavailableError
+from sluicegate.store.store_errors import StoreSessionLostError, StoreUnavailableError
 from sluicegate.store.tenant_counts import ModelCounts, counts_args, parse_counts
 from sluicegate.store.types import (
     Drop,
@@ -138,6 +138,7 @@ class RedisStore:
         self._grant_models: dict[str, str] = {}
         self._scripts = LimitScripts()
         self._seq = 0
+        self._joined: set[str] = set()  # models this session resynced: the store knows it
 
     @property
     def replica(self) -> str:
@@ -204,7 +205,8 @@ class RedisStore:
     def _sync_call(
         self, limits: ModelLimits, ops: Sequence[Offer | Drop | Refund], seq: int
     ) -> Call:
-        args = sync_args(self._replica, self._ttl_ms, limits, ops, time.time(), seq)
+        joined = limits.model in self._joined
+        args = sync_args(self._replica, self._ttl_ms, limits, ops, time.time(), seq, joined)
         return self._scripts["sync"], [model_base(self._prefix, limits.model)], args
 
     def _refund_call(self, refund: Refund) -> Call | None:
@@ -294,12 +296,24 @@ class RedisStore:
         Reaping deletes a dead replica's leases, held counts, waiters (with
         their sorted-set members) and grant list. Returns the most live
         replicas seen in any of ``models`` (0 for none).
+
+        Raises:
+            StoreSessionLostError: a model this session resynced no longer knows it.
         """
-        calls = self._per_model("heartbeat", models, [self._replica, self._ttl_ms])
+        calls: list[Call] = []
+        for model in models:
+            args: list[str | int | float] = [
+                self._replica,
+                self._ttl_ms,
+                int(model in self._joined),
+            ]
+            calls.append((self._scripts["heartbeat"], [model_base(self._prefix, model)], args))
         if not calls:
             return 0
-        replies = await self._run(calls)
-        return max(int(reply) for reply in replies)
+        replies = [int(reply) for reply in await self._run(calls)]
+        if min(replies) < 0:
+            raise StoreSessionLostError("the store does not know this replica's session")
+        return max(replies)
 
     async def live_replicas(self, models: Sequence[str]) -> set[str]:
         """The ids of the replicas live (by Redis time) in any of ``models``; one round trip."""
@@ -322,6 +336,7 @@ class RedisStore:
             args += [milliseconds(lease.preemptible_in_s), int(lease.borrowed)]
         call = (self._scripts["resync"], [model_base(self._prefix, limits.model)], args)
         await self._run([call])
+        self._joined.add(limits.model)
 
     async def next_grants(
         self, models: Sequence[str], block_s: float = 1.0

@@ -40,6 +40,12 @@ class StoreUnavailableError(SluicegateError):
         self.timed_out = timed_out
 
 
+class StoreSessionLostError(StoreUnavailableError):
+    """The store answers but does not know this replica's session: it restarted empty or
+    reaped the replica as dead, and with it the replica's leases and waiters. Never
+    retried: the replica falls back and rejoins with a new session (its resync)."""
+
+
 class StorageError(SluicegateError):
     """Batch storage failed a call: ``full`` (it refuses to grow: Redis at ``maxmemory``, a
     full disk) or unavailable (unreachable, too slow, refusing writes for another reason).

@@ -37,7 +37,7 @@ from sluicegate.gateway.distributed.link_view import LinkView
 from sluicegate.gateway.distributed.work_sharing import work_sharing
 from sluicegate.store.redis_store import RedisStore
 from sluicegate.store.store_config import DistributedSpec
-from sluicegate.store.store_errors import StoreUnavailableError
+from sluicegate.store.store_errors import StoreSessionLostError, StoreUnavailableError
 from sluicegate.store.types import LaneLimits, Lease, ModelLimits
 
 _log = logging.getLogger("sluicegate.store")
@@ -236,7 +236,7 @@ class LinkLifecycle(ABC):
                 await self.store.heartbeat(list(self._lanes))
                 self.replicas = distinct_replicas(await self.store.live_replicas(list(self._lanes)))
             except StoreUnavailableError as exc:
-                if await self._answers():
+                if not isinstance(exc, StoreSessionLostError) and await self._answers():
                     continue
                 self._fail(exc, "heartbeat")
                 return

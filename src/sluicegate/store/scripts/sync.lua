@@ -1,6 +1,7 @@
 -- ARGV: replica, lease_ttl_ms, model cap, token budget (-1: none), caller's clock (ms), the
--- sync's sequence number in the replica's session, lane count, lane count × (name, cap,
--- borrow 0|1, fair 0|1, lend 0|1), op count, then the ops:
+-- sync's sequence number in the replica's session, joined 0|1 (the session wrote itself in
+-- with a resync), lane count, lane count × (name, cap, borrow 0|1, fair 0|1, lend 0|1), op
+-- count, then the ops:
 --   O ticket lane tenant weight cost vtc_charge order_hex priority urgent_ms delay_ms  (offer)
 --   D ticket vtc_correction                                                         (drop)
 -- Applies the ops, fills free global capacity with the best waiters (own quotas in lane
@@ -22,9 +23,14 @@ if last then
   if seq == last_seq then return answer end
   if seq < last_seq then return {'stale'} end
 end
+-- A joined session the store does not know (it restarted empty, or reaped the replica as
+-- dead) has lost its leases and waiters here: {'lost'}, and the replica resyncs.
+if ARGV[7] == '1' and not redis.call('ZSCORE', base .. 'replicas', replica) then
+  return {'lost'}
+end
 local lanes, fair_lanes = {}, {}
-local i = 8
-for _ = 1, tonumber(ARGV[7]) do
+local i = 9
+for _ = 1, tonumber(ARGV[8]) do
   local lane = {name = ARGV[i], cap = tonumber(ARGV[i + 1]), borrow = ARGV[i + 2] == '1',
                 fair = ARGV[i + 3] == '1', lend = ARGV[i + 4] == '1'}
   lanes[#lanes + 1] = lane
