@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from sluicegate.store.redis_store import BLOCK_LATENESS_S, RedisStore
-from sluicegate.store.store_errors import StoreUnavailableError
+from sluicegate.store.store_errors import StoreSessionLostError, StoreUnavailableError
 from sluicegate.store.types import Lease, TenantRates
 from tests.store.redis_server import REDIS_SERVER, RedisServer, running_redis
 from tests.store.store_helpers import MODEL, model_limits, offer
@@ -80,7 +80,10 @@ async def test_a_paused_redis_fails_every_call_within_the_timeout(server: RedisS
 
 
 async def test_a_restarted_redis_works_again_with_its_scripts_reloaded(server: RedisServer) -> None:
-    """SIGKILL then a restart on the same port: calls fail fast, then work (scripts reloaded)."""
+    """SIGKILL then a restart on the same port: calls fail fast; then the restarted, empty
+    store says it no longer knows the session (whose resync wrote it in), and once the
+    session writes itself in again (as a returning link's new session does) every call
+    works, the scripts reloaded."""
     store = RedisStore(server.url, replica="a", timeout_s=TIMEOUT_S)
     await store.connect()
     try:
@@ -90,6 +93,9 @@ async def test_a_restarted_redis_works_again_with_its_scripts_reloaded(server: R
         server.start()
         async with aioredis.Redis.from_url(server.url) as client:
             assert await client.script_exists("0" * 40) == [False]
+        with pytest.raises(StoreSessionLostError):
+            await store.sync([(model_limits(1), [offer("lost")])])
+        await store.resync(model_limits(1), [])
         (result,) = await store.sync([(model_limits(1), [offer("fresh")])])
         assert result.granted == ("fresh",)
         await _all_work(store)
