@@ -290,7 +290,7 @@ class StoreLink(LinkLifecycle):
         if held:
             # A lane cluster pressure holds is capped globally and borrows nothing.
             lanes = tuple(
-                LaneLimits(lane.name, held[lane.name], False, lane.fair)
+                LaneLimits(lane.name, held[lane.name], False, lane.fair, lane.lend)
                 if lane.name in held
                 else lane
                 for lane in lanes
