@@ -89,6 +89,26 @@ def test_reserve_says_when_a_ticket_may_be_preempted(
     assert middle.preempt_delay_s == pytest.approx(0.0125 + 80 / 40.0)
 
 
+def test_reserve_says_when_a_tenant_may_take_a_slot_back(
+    make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
+) -> None:
+    """``share_from``: in a ``vtc`` lane that gives shares back, ``preempt_after_ms`` after
+    the ticket queued (at once without it); ``None`` in a lane without fairness, and in a
+    fair lane whose tickets are never preempted."""
+    fair = shared(make_spec, make_lane, fairness="vtc", preemptible="always", preempt_after_ms=200)
+    _, graced = fair.submit(make_ticket("a", arrival=3.0), 3.0)
+    assert isinstance(graced, Reserve)
+    assert graced.share_from == 3.2
+    at_once = shared(make_spec, make_lane, fairness="vtc", preemptible="always")
+    _, now = at_once.submit(make_ticket("b", arrival=3.0), 3.0)
+    assert isinstance(now, Reserve)
+    assert now.share_from == 3.0
+    for lane in ({"preemptible": "always"}, {"fairness": "vtc", "preemptible": "never"}):
+        _, none = shared(make_spec, make_lane, **lane).submit(make_ticket("c"), 0.0)
+        assert isinstance(none, Reserve)
+        assert none.share_from is None, lane
+
+
 def test_stop_preempts_a_running_ticket_once(
     make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
 ) -> None:

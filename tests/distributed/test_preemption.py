@@ -182,3 +182,48 @@ async def test_a_killed_replica_holding_a_victim_gives_its_slots_back_once(
         for i in (0, 1)
     ]
     assert not any(falls), falls
+
+
+SHARED = ModelSetup(
+    "m",
+    {
+        "max_concurrency": CAP,
+        "lanes": [
+            lane("shared", CAP, fairness="vtc", preemptible="always", preempt_action="abort")
+        ],
+    },
+)
+SHARING_TENANTS = (
+    {"name": "a", "default_lane": "shared", "default_priority": 2},
+    {"name": "b", "default_lane": "shared", "default_priority": 2},
+)
+
+
+@pytest.mark.parametrize("gateways", [1, 3])
+async def test_a_tenant_under_its_share_takes_a_slot_back_at_another_replica(
+    gateways: int, tmp_path: Path
+) -> None:
+    """A ``vtc`` lane (cap 4, preemptible): tenant a fills it with four long requests through
+    gw1; tenant b's one request (at gw2 when there are three replicas) is under its share,
+    so one of a's is stopped at once and b is answered in well under a's 4 s — on three
+    replicas as in one process."""
+    spec = ClusterSpec(
+        models=(SHARED,), tenants=SHARING_TENANTS, gateways=gateways, shared_store=gateways > 1
+    )
+    with running_cluster(spec, tmp_path) as cluster:
+        async with client(cluster, "m") as c:
+            longs = [
+                asyncio.create_task(c.send(0, tenant="a", max_tokens=LONG_TOKENS))
+                for _ in range(CAP)
+            ]
+            while (await c.engine_stats())["running"] < CAP:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)
+            short = await c.send(gateways - 1, tenant="b", max_tokens=SHORT_TOKENS)
+            ended = await asyncio.gather(*longs)
+            stats = await c.engine_stats()
+    print(f"tenant share, {gateways} gateway(s): b answered in {short.latency_s:.3f} s")
+    assert short.status == 200
+    assert short.latency_s < 1.0
+    assert len(cut_short(ended)) == 1, [(r.status, r.latency_s) for r in ended]
+    assert stats["max_running_seen"] <= CAP, stats

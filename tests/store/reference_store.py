@@ -49,6 +49,7 @@ class ReferenceStore:
     pushed: dict[str, list[str]] = field(default_factory=dict)
     stopping: dict[Key, tuple[str, Key, bool]] = field(default_factory=dict)
     pending: dict[str, Key] = field(default_factory=dict)
+    tenant_weights: dict[tuple[str, str], float] = field(default_factory=dict)
     clock: int = 0
     _granted: list[str] = field(default_factory=list)
     _stops: list[str] = field(default_factory=list)
@@ -91,9 +92,16 @@ class ReferenceStore:
             before = self._counter(offer.lane, offer.tenant)
             self.frontiers[offer.lane] = before
             self.counters[offer.lane][offer.tenant] = before + offer.vtc_charge / offer.weight
+        if self._tenant_running(offer.lane, offer.tenant) == 0:
+            self.tenant_weights[(offer.lane, offer.tenant)] = offer.weight
         self.leases[key] = _Lease(offer, self.clock, lent)
         self._tell(caller, key[0], key[1], self._granted)
         return offer
+
+    def _tenant_running(self, lane: str, tenant: str) -> int:
+        return sum(
+            1 for x in self.leases.values() if x.offer.lane == lane and x.offer.tenant == tenant
+        )
 
     def _drop(self, replica: str, drop: Drop) -> None:
         key = (replica, drop.ticket)
@@ -102,6 +110,8 @@ class ReferenceStore:
             self.waiting.pop(key, None)
             return
         offer = lease.offer
+        if self._tenant_running(offer.lane, offer.tenant) == 0:
+            del self.tenant_weights[(offer.lane, offer.tenant)]
         if self._fair(offer.lane) and drop.vtc_correction != 0:
             self.counters[offer.lane][offer.tenant] = (
                 self._counter(offer.lane, offer.tenant) + drop.vtc_correction / offer.weight
@@ -232,6 +242,9 @@ class ReferenceStore:
                     head = self._best(lane.name)
                     if head is not None:
                         self._preempt_for(caller, lane.name, head, reclaim=True)
+        for lane in limits.lanes:
+            if lane.shares and lane.fair and not self._pending(lane.name):
+                self._share_give_back(caller, lane)
         urgent = sorted(
             (milliseconds(w.offer.urgent_at), w.member, key)
             for key, w in self.waiting.items()
@@ -250,6 +263,77 @@ class ReferenceStore:
                 or self._over_budget(offer.cost_tokens)
             ):
                 self._preempt_for(caller, lane.name, key, reclaim=False)
+
+    def _victim_index(self) -> list[tuple[int, int, str, Key]]:
+        return sorted(
+            (
+                (x.offer.priority, x.admitted, f"{key[0]}|{key[1]}", key)
+                for key, x in self.leases.items()
+                if x.offer.preempt_delay_s is not None
+            ),
+            reverse=True,
+        )[:PREEMPT_SCAN]
+
+    def _share_give_back(self, caller: str, lane: LaneLimits) -> None:
+        head = self._best(lane.name)
+        if head is None:
+            return
+        offer = self.waiting[head].offer
+        if offer.share_from is None or milliseconds(offer.share_from) > NOW_MS:
+            return
+        limits = self.limits
+        fits = not self._over_budget(offer.cost_tokens)
+        room = len(self.leases) < limits.cap and (
+            self.own(lane.name) < lane.cap or (lane.borrow and self._lendable() > 0)
+        )
+        if fits and room:
+            return
+        slots = min(lane.cap, limits.cap)
+        counts: dict[str, int] = {}
+        for x in self.leases.values():
+            if x.offer.lane == lane.name:
+                counts[x.offer.tenant] = counts.get(x.offer.tenant, 0) + 1
+        weights = {t: self.tenant_weights[(lane.name, t)] for t in counts}
+        running_weight = sum(weights.values())
+        mine = counts.get(offer.tenant, 0)
+        total = running_weight if mine else running_weight + offer.weight
+        if (mine + 1) * total > slots * offer.weight:
+            return
+        over: dict[str, float] = {}
+        for other, count in counts.items():
+            share = slots * weights[other] / total
+            if other != offer.tenant and count - 1 >= share:
+                over[other] = count / share
+        if not over:
+            return
+        lowest = max(4, offer.priority) if lane.shares == "priority" else offer.priority
+        budget = limits.token_budget
+        best: tuple[float, int, str, Key] | None = None
+        for priority, admitted, name, key in self._victim_index():
+            x = self.leases[key]
+            victim = x.offer
+            if (
+                key not in self.stopping
+                and victim.lane == lane.name
+                and victim.tenant in over
+                and priority >= lowest
+                and victim.preempt_delay_s == 0.0
+                and admitted < self.clock
+                and (
+                    fits
+                    or (budget is not None
+                        and self.tokens() - victim.cost_tokens + offer.cost_tokens <= budget)
+                )
+            ):  # fmt: skip
+                candidate = (over[victim.tenant], admitted, name, key)
+                if best is None or candidate[:3] > best[:3]:
+                    best = candidate
+        if best is None:
+            return
+        key = best[3]
+        self.stopping[key] = (lane.name, head, self.leases[key].lent)
+        self.pending[lane.name] = key
+        self._tell(caller, key[0], key[1] if key[0] == caller else "!" + key[1], self._stops)
 
     # ------------------------------------------------------------------ reading
 

@@ -43,12 +43,13 @@ lane_limits = st.lists(
         borrow=st.booleans(),
         fair=st.sampled_from([True, True, False]),
         lend=st.booleans(),
+        shares=st.sampled_from(["", "always", "priority"]),
     ),
     min_size=1,
     max_size=2,
 ).map(
     lambda lanes: tuple(
-        LaneLimits(f"l{i}", x.cap, x.borrow, x.fair, x.lend) for i, x in enumerate(lanes)
+        LaneLimits(f"l{i}", x.cap, x.borrow, x.fair, x.lend, x.shares) for i, x in enumerate(lanes)
     )
 )
 model_limits = st.builds(
@@ -95,6 +96,7 @@ class StoreAgainstModel(RuleBasedStateMachine):
         priority=st.integers(0, 5),
         urgent_at=st.sampled_from([None, None, 1.0, 2.0, 1e11]),
         delay=st.sampled_from([None, 0.0, 0.0, 1000.0]),
+        share_from=st.sampled_from([None, 1.0, 1.0, 1e11]),
     )
     def offer(
         self,
@@ -108,14 +110,28 @@ class StoreAgainstModel(RuleBasedStateMachine):
         priority: int,
         urgent_at: float | None,
         delay: float | None,
+        share_from: float | None,
     ) -> None:
         """An offer; ``urgent_at`` 1.0 or 2.0 is long past (urgent now), 1e11 far ahead;
-        ``delay`` 0.0 preemptible at once, 1000.0 not within the test, ``None`` never."""
+        ``delay`` 0.0 preemptible at once, 1000.0 not within the test, ``None`` never;
+        ``share_from`` (a lane with tenant shares) past, far ahead, or ``None``."""
         lane = data.draw(st.sampled_from([lane.name for lane in self.reference.limits.lanes]))
         ticket = f"{len(self.tickets[replica]):04x}"
         self.tickets[replica].append(ticket)
         self.pending[replica].append(
-            Offer(ticket, lane, tenant, weight, order, cost, charge, priority, urgent_at, delay)
+            Offer(
+                ticket,
+                lane,
+                tenant,
+                weight,
+                order,
+                cost,
+                charge,
+                priority,
+                urgent_at,
+                delay,
+                share_from,
+            )
         )
 
     @precondition(lambda self: any(self.tickets.values()))

@@ -116,7 +116,9 @@ class Reserve(NamedTuple):
     token counter before division by the weight. ``urgent_at`` is when it becomes
     entitled to preempt (``None``: never) and ``preempt_delay_s`` how long after its
     admission it may itself be preempted (``None``: never): the store's preemption
-    across replicas follows ``core/preemption.py``'s rules with them.
+    across replicas follows ``core/preemption.py``'s rules with them. ``share_from``
+    (lanes with tenant shares only) is when its tenant may have a slot given back to it
+    (``preempt_after_ms`` after it queued, or at once).
     """
 
     ticket: Ticket
@@ -125,6 +127,7 @@ class Reserve(NamedTuple):
     vtc_charge: float
     urgent_at: float | None = None
     preempt_delay_s: float | None = None
+    share_from: float | None = None
 
 
 Decision = Admit | Queued | Reject | Expire | Preempt | Reserve

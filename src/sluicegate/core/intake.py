@@ -22,7 +22,7 @@ from sluicegate.core.decisions import ErrorCode, Expire, Reject, Reserve
 from sluicegate.core.entry import Entry
 from sluicegate.core.estimate import start_estimate
 from sluicegate.core.fair_queue import VTC_INPUT_WEIGHT, VTC_OUTPUT_WEIGHT
-from sluicegate.core.preemption import preemptible_after, urgent_time
+from sluicegate.core.preemption import preemptible_after, share_grace_end, urgent_time
 from sluicegate.core.ratelimit import TenantRateLimiter
 from sluicegate.core.retry import retry_wait_s
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
@@ -127,6 +127,7 @@ def offer(model: ModelRuntime, lane: LaneRuntime, entry: Entry) -> Reserve:
         charge,
         _finite(urgent_time(model, lane.spec, entry)) if model.has_victims else None,
         preemptible_after(lane.spec, entry),
+        share_grace_end(lane, entry),
     )
 
 

@@ -91,6 +91,26 @@ def preemptible_after(lane: LaneSpec, entry: Entry) -> float | None:
     return entry.prefill_s + fraction * entry.ticket.max_tokens * entry.decode_s_per_token
 
 
+def share_rule(lane: LaneSpec) -> str:
+    """How a lane gives tenants their shares back by preemption (``_share_preempt``):
+    ``always`` (any running ticket of a tenant over its share, of the head's priority or
+    less important), ``priority`` (only tiers 4–5), or ``""``: not at all (no ``vtc``
+    fairness, or a lane whose tickets are never or only fraction-preemptible)."""
+    rule = lane.preemptible
+    if lane.queue_policy[1] != "vtc" or rule == "never" or isinstance(rule, AfterFraction):
+        return ""
+    return "priority" if rule == "priority" else "always"
+
+
+def share_grace_end(lane: LaneRuntime, entry: Entry) -> float | None:
+    """When queued ``entry`` may have a slot given back to its tenant (its lane's
+    ``preempt_after_ms`` after it queued, or at once); ``None`` in a lane without shares."""
+    if lane.shares is None or not share_rule(lane.spec):
+        return None
+    after_ms = lane.spec.preempt_after_ms
+    return entry.enqueued_at + (after_ms / 1000.0 if after_ms is not None else 0.0)
+
+
 def stop_for_store(model: ModelRuntime, entry: Entry) -> Preempt:
     """Distributed mode: the store chose running ``entry`` as a victim for a waiter that
     may be on another replica. It is stopped by its lane's action, as ``_preempt`` does;

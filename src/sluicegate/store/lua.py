@@ -117,6 +117,7 @@ def sync_args(
     ]
     for lane in limits.lanes:
         args += [lane.name, lane.cap, int(lane.borrow), int(lane.fair), int(lane.lend)]
+        args.append(lane.shares or "-")
     model_ops = [op for op in ops if not isinstance(op, Refund)]
     args.append(len(model_ops))
     for op in model_ops:
@@ -130,6 +131,7 @@ def sync_args(
             args += ["O", op.ticket, op.lane, op.tenant, float(op.weight), int(op.cost_tokens)]
             args += [float(op.vtc_charge), encode_order(op.order), int(op.priority)]
             args += [milliseconds(op.urgent_at), milliseconds(op.preempt_delay_s)]
+            args.append(milliseconds(op.share_from))
         else:
             if not math.isfinite(op.vtc_correction):
                 raise ValueError(f"drop {op.ticket!r}: the correction must be finite")

@@ -8,10 +8,19 @@ key (after the tag)           type    holds
 ============================  ======  ===================================================
 ``replicas``                  ZSET    replica → liveness expiry (ms, Redis ``TIME``)
 ``held:<replica>``            HASH    the replica's running tickets per lane ``l:<lane>``,
-                                      their tokens ``t``
-``lease:<replica>``           HASH    running ticket → msgpack(lane, tenant, cost, weight)
+                                      of them borrowed ``b:<lane>``, their tokens ``t``
+``lease:<replica>``           HASH    running ticket → msgpack(lane, tenant, cost, weight,
+                                      priority, admitted, preemptible from, borrowed)
 ``wait:<replica>``            HASH    waiting ticket → msgpack(lane, tenant, cost, weight,
-                                      vtc_charge, member, fair)
+                                      vtc_charge, member, fair, priority, urgent at,
+                                      preemption delay, share from)
+``pv``                        ZSET    preemptible leases ``<replica>|<ticket>`` by priority,
+                                      then admission (the cheapest victim scores highest)
+``urg``                       ZSET    waiting members by when they turn urgent
+``stop`` / ``pend``           HASH    victim → msgpack(lane, waiter, borrowed); lane → its
+                                      one victim stopping
+``tr:<lane>`` / ``tw:<lane>`` HASH    tenant → running tickets / its weight
+``last:<replica>``            STRING  msgpack(sequence, answer) of the session's last sync
 ``q:<lane>``                  ZSET    waiting tickets of a lane without fairness
 ``fq:<len>:<lane>:<tenant>``  ZSET    a tenant's waiting tickets in a ``vtc`` lane (``len``
                                       the lane's byte length: lane and tenant stay apart)

@@ -22,6 +22,9 @@ class LaneLimits:
         fair: the lane has ``vtc`` fairness: its waiting tickets are served by the
             tenants' global virtual token counters, then by order within a tenant.
         lend: the lane lends its idle own quota to borrowing lanes.
+        shares: how a ``vtc`` lane gives a tenant under its share a slot back by
+            preemption (``core/preemption.py``'s ``share_rule``: ``always``,
+            ``priority``), or ``""``: it does not.
     """
 
     name: str
@@ -29,6 +32,7 @@ class LaneLimits:
     borrow: bool = False
     fair: bool = False
     lend: bool = False
+    shares: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,8 @@ class Offer:
         preempt_delay_s: once running, how long until it may be preempted (its lane's
             ``preemptible`` rule: 0 at once, the predicted time to a fraction of its
             output); ``None``: never.
+        share_from: in a lane with tenant shares, when (wall-clock seconds) a slot may
+            be given back to its tenant; ``None``: never.
     """
 
     ticket: str
@@ -83,6 +89,7 @@ class Offer:
     priority: int = 0
     urgent_at: float | None = None
     preempt_delay_s: float | None = None
+    share_from: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

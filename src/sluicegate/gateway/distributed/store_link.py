@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from sluicegate.core.decisions import Reserve
 from sluicegate.core.fair_queue import VTC_INPUT_WEIGHT, VTC_OUTPUT_WEIGHT
+from sluicegate.core.preemption import share_rule
 from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.spec import TenantSpec
 from sluicegate.core.ticket import Ticket, TicketId
@@ -115,6 +116,7 @@ class StoreLink(LinkLifecycle):
                     lane.borrow,
                     lane.queue_policy[1] == "vtc",
                     lane.lend,
+                    share_rule(lane),
                 )
                 for lane in model.lanes
             )
@@ -230,6 +232,7 @@ class StoreLink(LinkLifecycle):
             ticket.priority,
             reserve.urgent_at,
             reserve.preempt_delay_s,
+            reserve.share_from,
         )
         self._send(ticket.model, op)
         client = self._client
@@ -290,7 +293,7 @@ class StoreLink(LinkLifecycle):
         if held:
             # A lane cluster pressure holds is capped globally and borrows nothing.
             lanes = tuple(
-                LaneLimits(lane.name, held[lane.name], False, lane.fair, lane.lend)
+                LaneLimits(lane.name, held[lane.name], False, lane.fair, lane.lend, lane.shares)
                 if lane.name in held
                 else lane
                 for lane in lanes

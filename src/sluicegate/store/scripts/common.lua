@@ -1,6 +1,6 @@
 -- Prepended to every model script. KEYS[1] is the model's key base "{<prefix>:<model>}:".
 -- A wait entry is cmsgpack(lane, tenant, cost, weight, vtc_charge, member, fair, priority,
--- urgent_ms, delay_ms); a lease is cmsgpack(lane, tenant, cost, weight, priority, admitted_ms,
+-- urgent_ms, delay_ms, share_from_ms); a lease is cmsgpack(lane, tenant, cost, weight, priority, admitted_ms,
 -- preemptible_from_ms, borrowed). urgent_ms -1: never urgent; delay_ms and
 -- preemptible_from_ms -1: never preemptible. Times are milliseconds on the wall clock.
 local base = KEYS[1]
@@ -113,8 +113,20 @@ local function write_lease(replica, ticket, lane, tenant, cost, weight, priority
   redis.call('HINCRBY', held_key, 't', cost)
   redis.call('HINCRBY', held_key, 'l:' .. lane, 1)
   if borrowed == 1 then redis.call('HINCRBY', held_key, 'b:' .. lane, 1) end
+  -- The lane's running tickets per tenant (every replica's) and those tenants' weights,
+  -- for the tenants' shares of a `vtc` lane.
+  if redis.call('HINCRBY', base .. 'tr:' .. lane, tenant, 1) == 1 then
+    redis.call('HSET', base .. 'tw:' .. lane, tenant, fmt(weight))
+  end
   if preemptible_from >= 0 then
     redis.call('ZADD', base .. 'pv', priority * VICTIM_SCALE + admitted, lease_key(replica, ticket))
+  end
+end
+
+local function tenant_left(lane, tenant)
+  if redis.call('HINCRBY', base .. 'tr:' .. lane, tenant, -1) <= 0 then
+    redis.call('HDEL', base .. 'tr:' .. lane, tenant)
+    redis.call('HDEL', base .. 'tw:' .. lane, tenant)
   end
 end
 
@@ -132,6 +144,7 @@ local function release_lease(replica, ticket, lease)
   if borrowed == 1 and redis.call('HINCRBY', held_key, 'b:' .. lane, -1) <= 0 then
     redis.call('HDEL', held_key, 'b:' .. lane)
   end
+  tenant_left(lane, tenant)
   local key = lease_key(replica, ticket)
   redis.call('ZREM', base .. 'pv', key)
   local mark = redis.call('HGET', base .. 'stop', key)
@@ -141,9 +154,11 @@ end
 
 -- Forget all of a replica's leases (resync, reaping): counts, victim index, stop marks.
 local function forget_leases(replica)
-  local tickets = redis.call('HKEYS', base .. 'lease:' .. replica)
-  for _, ticket in ipairs(tickets) do
-    local key = lease_key(replica, ticket)
+  local leases = redis.call('HGETALL', base .. 'lease:' .. replica)
+  for j = 1, #leases, 2 do
+    local key = lease_key(replica, leases[j])
+    local lane, tenant = cmsgpack.unpack(leases[j + 1])
+    tenant_left(lane, tenant)
     redis.call('ZREM', base .. 'pv', key)
     redis.call('HDEL', base .. 'stop', key)
   end

@@ -1,8 +1,9 @@
 -- ARGV: replica, lease_ttl_ms, model cap, token budget (-1: none), caller's clock (ms), the
 -- sync's sequence number in the replica's session, joined 0|1 (the session wrote itself in
--- with a resync), lane count, lane count × (name, cap, borrow 0|1, fair 0|1, lend 0|1), op
--- count, then the ops:
---   O ticket lane tenant weight cost vtc_charge order_hex priority urgent_ms delay_ms  (offer)
+-- with a resync), lane count, lane count × (name, cap, borrow 0|1, fair 0|1, lend 0|1,
+-- shares: always|priority|-), op count, then the ops:
+--   O ticket lane tenant weight cost vtc_charge order_hex priority urgent_ms delay_ms
+--     share_from_ms                                                                 (offer)
 --   D ticket vtc_correction                                                         (drop)
 -- Applies the ops, fills free global capacity with the best waiters (own quotas in lane
 -- order, then borrowing lanes from the idle quota of lending lanes), preempts for waiters
@@ -32,10 +33,10 @@ local lanes, fair_lanes = {}, {}
 local i = 9
 for _ = 1, tonumber(ARGV[8]) do
   local lane = {name = ARGV[i], cap = tonumber(ARGV[i + 1]), borrow = ARGV[i + 2] == '1',
-                fair = ARGV[i + 3] == '1', lend = ARGV[i + 4] == '1'}
+                fair = ARGV[i + 3] == '1', lend = ARGV[i + 4] == '1', shares = ARGV[i + 5]}
   lanes[#lanes + 1] = lane
   fair_lanes[lane.name] = lane.fair
-  i = i + 5
+  i = i + 6
 end
 
 local now = now_ms()
@@ -111,7 +112,8 @@ end
 
 local regranted = {}
 
-local function offer(ticket, lane, tenant, weight, cost, charge, order, priority, urgent, delay)
+local function offer(ticket, lane, tenant, weight, cost, charge, order, priority, urgent, delay,
+                     share_from)
   local wait_key = base .. 'wait:' .. replica
   if redis.call('HEXISTS', wait_key, ticket) == 1 then return end
   if redis.call('HEXISTS', base .. 'lease:' .. replica, ticket) == 1 then
@@ -132,7 +134,8 @@ local function offer(ticket, lane, tenant, weight, cost, charge, order, priority
   local member = order .. '|' .. replica .. '|' .. ticket
   redis.call('ZADD', queue_key(lane, tenant, fair), 0, member)
   redis.call('HSET', wait_key, ticket,
-             cmsgpack.pack(lane, tenant, cost, weight, charge, member, fair, priority, urgent, delay))
+             cmsgpack.pack(lane, tenant, cost, weight, charge, member, fair, priority, urgent, delay,
+                           share_from))
   if urgent >= 0 then redis.call('ZADD', base .. 'urg', urgent, member) end
 end
 
@@ -204,8 +207,8 @@ for _ = 1, nops do
   if ARGV[i] == 'O' then
     offer(ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]),
           tonumber(ARGV[i + 6]), ARGV[i + 7], tonumber(ARGV[i + 8]), tonumber(ARGV[i + 9]),
-          tonumber(ARGV[i + 10]))
-    i = i + 11
+          tonumber(ARGV[i + 10]), tonumber(ARGV[i + 11]))
+    i = i + 12
   else
     drop(ARGV[i + 1], tonumber(ARGV[i + 2]))
     i = i + 3
@@ -400,6 +403,83 @@ if running >= cap and borrowed > 0 then
       if member then preempt_for(lane, member, packed, true, false) end
     end
   end
+end
+
+-- Tenant shares (core/preemption.py _share_preempt): a `vtc` lane whose blocked head's tenant
+-- is under its share of the lane's slots takes one back from the newest preemptible ticket
+-- of the tenant furthest over its share (TenantSlots' arithmetic, on the counts of every
+-- replica's running tickets).
+local function share_give_back(lane)
+  local member, packed = live_head(lane)
+  if member == nil then return end
+  local _, tenant, cost, weight, _, _, _, priority, _, _, share_from = cmsgpack.unpack(packed)
+  if share_from == nil or share_from < 0 or share_from > preempt_now then return end
+  local fits = budget < 0 or running == 0 or tokens + cost <= budget
+  local room = running < cap and (own(lane) < lane.cap or (lane.borrow and lendable() > 0))
+  if fits and room then return end
+  local slots = math.min(lane.cap, cap)
+  local counts, weights, running_weight = {}, {}, 0
+  local raw = redis.call('HGETALL', base .. 'tr:' .. lane.name)
+  local raw_weights = redis.call('HGETALL', base .. 'tw:' .. lane.name)
+  for j = 1, #raw_weights, 2 do weights[raw_weights[j]] = tonumber(raw_weights[j + 1]) end
+  for j = 1, #raw, 2 do
+    local count = tonumber(raw[j + 1])
+    if count > 0 then
+      counts[raw[j]] = count
+      running_weight = running_weight + (weights[raw[j]] or 1)
+    end
+  end
+  local mine = counts[tenant] or 0
+  local total = running_weight
+  if mine == 0 then total = total + weight end
+  if (mine + 1) * total > slots * weight then return end
+  local over, any = {}, false
+  for other, count in pairs(counts) do
+    if other ~= tenant then
+      local share = slots * (weights[other] or 1) / total
+      if count - 1 >= share then
+        over[other] = count / share
+        any = true
+      end
+    end
+  end
+  if not any then return end
+  local lowest = priority
+  if lane.shares == 'priority' and lowest < 4 then lowest = 4 end
+  local best, best_owner, best_ticket, best_over, best_admitted, best_lent = nil
+  for _, key in ipairs(redis.call('ZREVRANGE', base .. 'pv', 0, PREEMPT_SCAN - 1)) do
+    local owner, ticket = split_key(key)
+    if live[owner] and redis.call('HEXISTS', base .. 'stop', key) == 0 then
+      local lease = redis.call('HGET', base .. 'lease:' .. owner, ticket)
+      if lease then
+        local v_lane, v_tenant, v_cost, _, v_priority, admitted, from, lent = cmsgpack.unpack(lease)
+        local ratio = over[v_tenant]
+        if v_lane == lane.name and ratio and v_priority >= lowest and from >= 0
+            and from <= preempt_now and admitted < now
+            and (fits or tokens - v_cost + cost <= budget)
+            and (best == nil or ratio > best_over
+                 or (ratio == best_over and (admitted > best_admitted
+                     or (admitted == best_admitted and key > best)))) then
+          best, best_owner, best_ticket = key, owner, ticket
+          best_over, best_admitted, best_lent = ratio, admitted, lent
+        end
+      end
+    end
+  end
+  if best == nil then return end
+  redis.call('HSET', base .. 'stop', best, cmsgpack.pack(lane.name, member, best_lent))
+  redis.call('HSET', base .. 'pend', lane.name, best)
+  if best_owner == replica then
+    stops[#stops + 1] = best_ticket
+  else
+    local grants_key = base .. 'grants:' .. best_owner
+    redis.call('RPUSH', grants_key, '!' .. best_ticket)
+    redis.call('PEXPIRE', grants_key, 3 * ttl)
+  end
+end
+
+for _, lane in ipairs(lanes) do
+  if lane.shares ~= '-' and lane.fair and not pending(lane.name) then share_give_back(lane) end
 end
 
 local urgent = redis.call('ZRANGEBYSCORE', base .. 'urg', '-inf', preempt_now,
