@@ -11,7 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from sluicegate.store.keys import grants_key
-from sluicegate.store.types import Drop, LaneLimits, ModelLimits, Offer
+from sluicegate.store.types import Drop, LaneLimits, Lease, ModelLimits, Offer
 from tests.store.reference_store import ReferenceStore
 from tests.store.store_helpers import MODEL, connected_stores
 
@@ -77,6 +77,42 @@ async def test_a_tenant_under_its_share_takes_a_slot_back_across_replicas(
                 model.sync("a", drop)
                 to_b = await admin.lrange(grants_key("sluicegate", MODEL, "b"), 0, -1)
                 assert to_b == model.pushed.get("b", []) == ["y1"]
+    finally:
+        await admin.flushall()
+        await admin.aclose()
+
+
+async def test_leases_written_back_count_for_the_shares(redis_url: str) -> None:
+    """After a rejoin (``resync``) the written-back leases of a lane with shares count again:
+    tenant B's waiter has A's newest ticket stopped, as before the store restarted."""
+    lim = limits("always")
+    admin = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        async with connected_stores(redis_url, "a", "b") as (a, b):
+            leases = [Lease(t, "f", "A", 1.0, 10, 2, 0.0, counted=True) for t in ("x1", "x2")]
+            await a.resync(lim, leases)
+            await b.resync(lim, [])
+            await asyncio.sleep(0.002)
+            (queued,) = await b.sync([(lim, [fair_offer("y1", "B")])])
+            assert queued.granted == ()
+            assert await admin.lrange(grants_key("sluicegate", MODEL, "a"), 0, -1) == ["!x2"]
+    finally:
+        await admin.flushall()
+        await admin.aclose()
+
+
+async def test_a_lane_without_shares_keeps_no_counts_per_tenant(redis_url: str) -> None:
+    """The running counts per tenant are kept only where shares are given back: a fair lane
+    without them leaves no ``tr:``/``tw:`` keys behind its grants."""
+    lim = limits("")
+    admin = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        async with connected_stores(redis_url, "a") as (a,):
+            await a.resync(lim, [])
+            (held,) = await a.sync([(lim, [fair_offer("x1", "A")])])
+            assert held.granted == ("x1",)
+            assert await admin.keys("*tr:*") == []
+            assert await admin.keys("*tw:*") == []
     finally:
         await admin.flushall()
         await admin.aclose()

@@ -343,6 +343,7 @@ class RedisStore:
             args += [lease.ticket, lease.lane, lease.tenant, float(lease.weight)]
             args += [int(lease.cost_tokens), int(lease.priority)]
             args += [milliseconds(lease.preemptible_in_s), int(lease.borrowed)]
+            args.append(int(lease.counted))
         call = (self._scripts["resync"], [model_base(self._prefix, limits.model)], args)
         await self._run([call])
         self._joined.add(limits.model)

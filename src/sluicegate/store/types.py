@@ -148,6 +148,8 @@ class Lease:
         priority: its priority.
         preemptible_in_s: how long until it may be preempted (0: now); ``None``: never.
         borrowed: it runs on quota borrowed from a lending lane.
+        counted: its lane gives tenants their shares back, so it counts in the lane's
+            running tickets per tenant.
     """
 
     ticket: str
@@ -158,6 +160,7 @@ class Lease:
     priority: int = 0
     preemptible_in_s: float | None = None
     borrowed: bool = False
+    counted: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,8 +79,9 @@ def tenant_rates(tenant: TenantSpec) -> TenantRates:
     )
 
 
-def store_lease(running: RunningLease, weight: float) -> Lease:
-    """A running ticket as ``resync`` writes it back to a returning store."""
+def store_lease(running: RunningLease, weight: float, *, counted: bool) -> Lease:
+    """A running ticket as ``resync`` writes it back to a returning store; ``counted``: its
+    lane gives tenants their shares back."""
     ticket = running.ticket
     return Lease(
         ticket.id,
@@ -91,4 +92,5 @@ def store_lease(running: RunningLease, weight: float) -> Lease:
         ticket.priority,
         running.preemptible_in_s,
         running.borrowed,
+        counted,
     )

@@ -355,7 +355,11 @@ class StoreLink(LinkLifecycle):
         running = self._scheduler.running_leases(model, client.now())
         for lease in running:
             self._hold(lease.ticket).known = True
-        return [store_lease(lease, self._weight(lease.ticket)) for lease in running]
+        counted = {lane.name for lane in self._lanes[model] if lane.fair and lane.shares}
+        return [
+            store_lease(lease, self._weight(lease.ticket), counted=lease.ticket.lane in counted)
+            for lease in running
+        ]
 
     def _deliver(self, model: str, item: str) -> None:
         """What another replica's sync pushed to this one's grant list: a grant, or

@@ -1,8 +1,10 @@
 -- Prepended to every model script. KEYS[1] is the model's key base "{<prefix>:<model>}:".
 -- A wait entry is cmsgpack(lane, tenant, cost, weight, vtc_charge, member, fair, priority,
 -- urgent_ms, delay_ms, share_from_ms); a lease is cmsgpack(lane, tenant, cost, weight, priority, admitted_ms,
--- preemptible_from_ms, borrowed). urgent_ms -1: never urgent; delay_ms and
+-- preemptible_from_ms, borrowed, counted). urgent_ms -1: never urgent; delay_ms and
 -- preemptible_from_ms -1: never preemptible. Times are milliseconds on the wall clock.
+-- counted 1: the lease is in its lane's running counts per tenant (`tr:<lane>`, a lane
+-- that gives tenants their shares back).
 local base = KEYS[1]
 
 local function now_ms()
@@ -105,17 +107,17 @@ end
 local VICTIM_SCALE = 1e13
 
 local function write_lease(replica, ticket, lane, tenant, cost, weight, priority, admitted,
-                           preemptible_from, borrowed)
+                           preemptible_from, borrowed, counted)
   redis.call('HSET', base .. 'lease:' .. replica, ticket,
              cmsgpack.pack(lane, tenant, cost, weight, priority, admitted, preemptible_from,
-                           borrowed))
+                           borrowed, counted))
   local held_key = base .. 'held:' .. replica
   redis.call('HINCRBY', held_key, 't', cost)
   redis.call('HINCRBY', held_key, 'l:' .. lane, 1)
   if borrowed == 1 then redis.call('HINCRBY', held_key, 'b:' .. lane, 1) end
-  -- The lane's running tickets per tenant (every replica's) and those tenants' weights,
-  -- for the tenants' shares of a `vtc` lane.
-  if redis.call('HINCRBY', base .. 'tr:' .. lane, tenant, 1) == 1 then
+  -- In a lane that gives tenants their shares back (`counted`): its running tickets per
+  -- tenant (every replica's) and those tenants' weights.
+  if counted == 1 and redis.call('HINCRBY', base .. 'tr:' .. lane, tenant, 1) == 1 then
     redis.call('HSET', base .. 'tw:' .. lane, tenant, fmt(weight))
   end
   if preemptible_from >= 0 then
@@ -133,8 +135,7 @@ end
 -- Release a lease: its held counts, its victim index entry and its stop mark. Returns the
 -- lease's fields and the stop mark (msgpack of lane, waiter member, borrowed) or nil.
 local function release_lease(replica, ticket, lease)
-  local lane, tenant, cost, weight, priority, admitted, preemptible_from, borrowed =
-    cmsgpack.unpack(lease)
+  local lane, tenant, cost, weight, _, _, _, borrowed, counted = cmsgpack.unpack(lease)
   redis.call('HDEL', base .. 'lease:' .. replica, ticket)
   local held_key = base .. 'held:' .. replica
   redis.call('HINCRBY', held_key, 't', -cost)
@@ -144,7 +145,7 @@ local function release_lease(replica, ticket, lease)
   if borrowed == 1 and redis.call('HINCRBY', held_key, 'b:' .. lane, -1) <= 0 then
     redis.call('HDEL', held_key, 'b:' .. lane)
   end
-  tenant_left(lane, tenant)
+  if counted == 1 then tenant_left(lane, tenant) end
   local key = lease_key(replica, ticket)
   redis.call('ZREM', base .. 'pv', key)
   local mark = redis.call('HGET', base .. 'stop', key)
@@ -157,8 +158,8 @@ local function forget_leases(replica)
   local leases = redis.call('HGETALL', base .. 'lease:' .. replica)
   for j = 1, #leases, 2 do
     local key = lease_key(replica, leases[j])
-    local lane, tenant = cmsgpack.unpack(leases[j + 1])
-    tenant_left(lane, tenant)
+    local lane, tenant, _, _, _, _, _, _, counted = cmsgpack.unpack(leases[j + 1])
+    if counted == 1 then tenant_left(lane, tenant) end
     redis.call('ZREM', base .. 'pv', key)
     redis.call('HDEL', base .. 'stop', key)
   end

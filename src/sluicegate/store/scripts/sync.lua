@@ -29,12 +29,13 @@ end
 if ARGV[7] == '1' and not redis.call('ZSCORE', base .. 'replicas', replica) then
   return {'lost'}
 end
-local lanes, fair_lanes = {}, {}
+local lanes, fair_lanes, by_name = {}, {}, {}
 local i = 9
 for _ = 1, tonumber(ARGV[8]) do
   local lane = {name = ARGV[i], cap = tonumber(ARGV[i + 1]), borrow = ARGV[i + 2] == '1',
                 fair = ARGV[i + 3] == '1', lend = ARGV[i + 4] == '1', shares = ARGV[i + 5]}
   lanes[#lanes + 1] = lane
+  by_name[lane.name] = lane
   fair_lanes[lane.name] = lane.fair
   i = i + 6
 end
@@ -166,7 +167,10 @@ local function grant(owner, ticket, packed, lent)
   end
   local preemptible_from = -1
   if delay >= 0 then preemptible_from = now + delay end
-  write_lease(owner, ticket, lane, tenant, cost, weight, priority, now, preemptible_from, lent)
+  local spec, counted = by_name[lane], 0
+  if spec and spec.fair and spec.shares ~= '-' then counted = 1 end
+  write_lease(owner, ticket, lane, tenant, cost, weight, priority, now, preemptible_from, lent,
+              counted)
   if owner == replica then
     granted[#granted + 1] = ticket
   else
@@ -218,8 +222,6 @@ end
 -- Fill: grant free global capacity to the best live waiters, own quotas in lane order, then
 -- borrowing lanes from the idle quota of lending lanes (core/admission.py's two passes).
 local running, tokens, lane_running, lane_borrowed, borrowed = held_totals(live_list)
-local by_name = {}
-for _, lane in ipairs(lanes) do by_name[lane.name] = lane end
 
 local function own(lane)
   return (lane_running[lane.name] or 0) - (lane_borrowed[lane.name] or 0)
