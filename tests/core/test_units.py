@@ -98,7 +98,7 @@ def test_units_scale_the_predicted_tokens() -> None:
     sched = Scheduler(build_spec(build_lane(max_concurrency=8), max_concurrency=8))
     sched.submit(build_ticket("one", max_tokens=100), 0.0)
     sched.submit(build_ticket("four", max_tokens=400, units=4), 0.0)
-    costs = dict(sched.running(MODEL))
+    costs = {lease.ticket: lease.cost_tokens for lease in sched.running_leases(MODEL, 0.0)}
     one, four = (next(t for t in costs if t.id == name) for name in ("one", "four"))
     assert costs[four] - four.prompt_tokens == 4 * (costs[one] - one.prompt_tokens)
 

@@ -10,9 +10,10 @@ for it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from tests.distributed.cluster import Cluster, ModelSetup, lane
-from tests.distributed.load import Reply, client
+from tests.distributed.load import Client, Reply, client
 
 CAP = 4
 LONG_TOKENS = 400  # 4 s on the ``independent`` preset
@@ -34,6 +35,29 @@ TENANTS = (
 )
 
 
+async def fill_engine(
+    c: Client,
+    gateways: Sequence[int],
+    *,
+    tenant: str | None,
+    max_tokens: int = LONG_TOKENS,
+    settle_s: float = 0.1,
+) -> list[asyncio.Task[Reply]]:
+    """``CAP`` long requests of ``tenant``, the i-th through ``gateways[i % len]``; returns
+    once the engine runs all of them (and ``settle_s`` later, so that they were admitted
+    strictly before what the caller sends next). Their tasks, to await."""
+    tasks = [
+        asyncio.create_task(
+            c.send(gateways[i % len(gateways)], tenant=tenant, max_tokens=max_tokens)
+        )
+        for i in range(CAP)
+    ]
+    while (await c.engine_stats())["running"] < CAP:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(settle_s)
+    return tasks
+
+
 async def preempt_scenario(
     cluster: Cluster, *, bg_gateway: int, fg_gateway: int
 ) -> tuple[list[Reply], list[Reply], float]:
@@ -42,13 +66,7 @@ async def preempt_scenario(
     the engine ran at once."""
     async with client(cluster, "m") as c:
         before = await c.engine_stats()
-        longs = [
-            asyncio.create_task(c.send(bg_gateway, tenant="bg", max_tokens=LONG_TOKENS))
-            for _ in range(CAP)
-        ]
-        while (await c.engine_stats())["running"] < CAP:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.1)  # admitted at least a moment before the waiters come
+        longs = await fill_engine(c, [bg_gateway], tenant="bg")
         shorts = await asyncio.gather(
             *(c.send(fg_gateway, tenant="fg", max_tokens=SHORT_TOKENS) for _ in range(CAP))
         )

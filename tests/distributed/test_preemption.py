@@ -30,11 +30,11 @@ from tests.distributed.cluster import (
 from tests.distributed.load import client
 from tests.distributed.preempt_scenario import (
     CAP,
-    LONG_TOKENS,
     MODEL,
     SHORT_TOKENS,
     TENANTS,
     cut_short,
+    fill_engine,
     preempt_scenario,
 )
 from tests.store.redis_cluster import running_cluster as running_redis_cluster
@@ -126,13 +126,7 @@ async def test_a_lender_reclaims_its_quota_from_borrowers_at_another_replica(
     requests' 4 s, and the engine never runs more than the cap."""
     cluster = lending_replicas
     async with client(cluster, "m") as c:
-        longs = [
-            asyncio.create_task(c.send(0, tenant="bulk", max_tokens=LONG_TOKENS))
-            for _ in range(CAP)
-        ]
-        while (await c.engine_stats())["running"] < CAP:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.1)
+        longs = await fill_engine(c, [0], tenant="bulk")
         owners = await asyncio.gather(
             *(c.send(1, tenant="own", max_tokens=SHORT_TOKENS) for _ in range(2))
         )
@@ -156,12 +150,7 @@ async def test_a_killed_replica_holding_a_victim_gives_its_slots_back_once(
     the engine never above the cap — and no surviving replica left global mode."""
     cluster = three_replicas
     async with client(cluster, "m") as c:
-        longs = [
-            asyncio.create_task(c.send(2, tenant="bg", max_tokens=LONG_TOKENS)) for _ in range(CAP)
-        ]
-        while (await c.engine_stats())["running"] < CAP:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.1)
+        longs = await fill_engine(c, [2], tenant="bg")
         cluster.gateways[2].signal_group(signal.SIGSTOP)
         shorts = [
             asyncio.create_task(c.send(1, tenant="fg", max_tokens=SHORT_TOKENS)) for _ in range(CAP)
@@ -212,13 +201,7 @@ async def test_a_tenant_under_its_share_takes_a_slot_back_at_another_replica(
     )
     with running_cluster(spec, tmp_path) as cluster:
         async with client(cluster, "m") as c:
-            longs = [
-                asyncio.create_task(c.send(0, tenant="a", max_tokens=LONG_TOKENS))
-                for _ in range(CAP)
-            ]
-            while (await c.engine_stats())["running"] < CAP:
-                await asyncio.sleep(0.01)
-            await asyncio.sleep(0.1)
+            longs = await fill_engine(c, [0], tenant="a")
             short = await c.send(gateways - 1, tenant="b", max_tokens=SHORT_TOKENS)
             ended = await asyncio.gather(*longs)
             stats = await c.engine_stats()

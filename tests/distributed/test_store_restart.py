@@ -19,12 +19,10 @@ import pytest
 
 from tests.distributed.cluster import ClusterSpec, ModelSetup, lane, running_cluster
 from tests.distributed.load import client
+from tests.distributed.preempt_scenario import CAP, fill_engine
 from tests.store.redis_server import RedisServer
 
 pytestmark = pytest.mark.distributed
-
-CAP = 4
-LONG_TOKENS = 400  # 4 s on the ``independent`` preset
 
 
 def global_running(state: dict[str, Any]) -> int | None:
@@ -45,9 +43,7 @@ async def test_a_store_restarted_empty_gets_the_running_requests_back(tmp_path: 
     with running_cluster(spec, tmp_path) as cluster:
         assert isinstance(cluster.redis, RedisServer)
         async with client(cluster, "m") as c:
-            first = [asyncio.create_task(c.send(i % 3, max_tokens=LONG_TOKENS)) for i in range(CAP)]
-            while (await c.engine_stats())["running"] < CAP:
-                await asyncio.sleep(0.01)
+            first = await fill_engine(c, [0, 1, 2], tenant=None, settle_s=0.0)
             cluster.redis.kill()
             cluster.redis.start()
             restarted = time.monotonic()
@@ -76,9 +72,7 @@ async def test_a_replica_reaped_while_paused_writes_its_requests_back(tmp_path: 
     spec = ClusterSpec(models=(model,), gateways=2)
     with running_cluster(spec, tmp_path) as cluster:
         async with client(cluster, "m") as c:
-            held = [asyncio.create_task(c.send(0, max_tokens=800)) for _ in range(CAP)]
-            while (await c.engine_stats())["running"] < CAP:
-                await asyncio.sleep(0.01)
+            held = await fill_engine(c, [0], tenant=None, max_tokens=800, settle_s=0.0)
             cluster.gateways[0].signal_group(signal.SIGSTOP)
             await asyncio.sleep(5.0)
             while_paused = global_running(await c.admin_state(1))

@@ -194,16 +194,8 @@ class ReferenceStore:
         return False
 
     def _victim(self, lane: str, offer: Offer, *, reclaim: bool, lane_full: bool) -> Key | None:
-        index = sorted(
-            (
-                (x.offer.priority, x.admitted, f"{key[0]}|{key[1]}", key)
-                for key, x in self.leases.items()
-                if x.offer.preempt_delay_s is not None
-            ),
-            reverse=True,
-        )
         budget = self.limits.token_budget
-        for _, _, _, key in index[:PREEMPT_SCAN]:
+        for _, _, _, key in self._victim_index():
             if key in self.stopping:
                 continue
             lease = self.leases[key]
@@ -265,6 +257,8 @@ class ReferenceStore:
                 self._preempt_for(caller, lane.name, key, reclaim=False)
 
     def _victim_index(self) -> list[tuple[int, int, str, Key]]:
+        """The first ``PREEMPT_SCAN`` of the script's ``pv`` index: preemptible leases by
+        priority, admission and key, the highest first."""
         return sorted(
             (
                 (x.offer.priority, x.admitted, f"{key[0]}|{key[1]}", key)

@@ -19,7 +19,7 @@ from sluicegate.core.preemption import preemptible_after
 from sluicegate.core.ratelimit import TenantRateLimiter
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
 from sluicegate.core.spec import SchedulerSpec
-from sluicegate.core.ticket import Ticket, TicketId
+from sluicegate.core.ticket import TicketId
 from sluicegate.core.views import (
     LaneView,
     ModelView,
@@ -102,11 +102,6 @@ class SchedulerState:
     def ceilings(self, model: str) -> Mapping[str, int]:
         """The lanes of ``model`` cluster pressure holds, and the cap each keeps."""
         return self._model(model).ceilings
-
-    def running(self, model: str) -> list[tuple[Ticket, int]]:
-        """The model's running tickets with their token costs (re-written to a returning store)."""
-        entries = self._model(model).running_entries.values()
-        return [(entry.ticket, entry.cost_tokens) for entry in entries]
 
     def running_leases(self, model: str, now: float) -> list[RunningLease]:
         """The model's running tickets as a returning store must know them: token cost,

@@ -154,8 +154,20 @@ local function parse_member(member)
   return string.sub(member, first + 1, second - 1), string.sub(member, second + 1)
 end
 
+-- Tell `owner` of `ticket`: in this sync's `answer` list if the owner is the caller, else on
+-- its grant list as `item` (the ticket for a grant, '!' .. ticket for a stop).
+local function tell(owner, ticket, answer, item)
+  if owner == replica then
+    answer[#answer + 1] = ticket
+  else
+    local grants_key = base .. 'grants:' .. owner
+    redis.call('RPUSH', grants_key, item)
+    redis.call('PEXPIRE', grants_key, 3 * ttl)
+  end
+end
+
 -- Grant a waiter (its wait entry `packed`) a slot: its tenant's counter in a fair lane, the
--- lease, and the news to its replica (this sync's answer, or its grant list).
+-- lease, and the news to its replica.
 local function grant(owner, ticket, packed, lent)
   local lane, tenant, cost, weight, charge, _, fair, priority, _, delay = cmsgpack.unpack(packed)
   leave(owner, ticket, packed)
@@ -171,14 +183,7 @@ local function grant(owner, ticket, packed, lent)
   if spec and spec.fair and spec.shares ~= '-' then counted = 1 end
   write_lease(owner, ticket, lane, tenant, cost, weight, priority, now, preemptible_from, lent,
               counted)
-  if owner == replica then
-    granted[#granted + 1] = ticket
-  else
-    local grants_key = base .. 'grants:' .. owner
-    redis.call('RPUSH', grants_key, ticket)
-    redis.call('PEXPIRE', grants_key, 3 * ttl)
-  end
-  return lane, cost
+  tell(owner, ticket, granted, ticket)
 end
 
 local function drop(ticket, correction)
@@ -368,6 +373,14 @@ local function find_victim(lane, priority, cost, reclaim, lane_full)
   return nil
 end
 
+-- Mark the lease `key` stopping for the waiter `member` of `lane` (who takes its slot, own or
+-- borrowed by `lent`), the lane's one pending victim, and tell the victim's replica.
+local function mark_victim(lane, member, key, owner, ticket, lent)
+  redis.call('HSET', base .. 'stop', key, cmsgpack.pack(lane.name, member, lent))
+  redis.call('HSET', base .. 'pend', lane.name, key)
+  tell(owner, ticket, stops, '!' .. ticket)
+end
+
 local function preempt_for(lane, member, packed, reclaim, lane_full)
   local _, _, cost, _, _, _, _, priority = cmsgpack.unpack(packed)
   local key, owner, ticket = find_victim(lane, priority, cost, reclaim, lane_full)
@@ -376,15 +389,7 @@ local function preempt_for(lane, member, packed, reclaim, lane_full)
   -- its lane's own quota is used up.
   local lent = 0
   if not lane_full and own(lane) >= lane.cap then lent = 1 end
-  redis.call('HSET', base .. 'stop', key, cmsgpack.pack(lane.name, member, lent))
-  redis.call('HSET', base .. 'pend', lane.name, key)
-  if owner == replica then
-    stops[#stops + 1] = ticket
-  else
-    local grants_key = base .. 'grants:' .. owner
-    redis.call('RPUSH', grants_key, '!' .. ticket)
-    redis.call('PEXPIRE', grants_key, 3 * ttl)
-  end
+  mark_victim(lane, member, key, owner, ticket, lent)
 end
 
 -- The head of `lane` and its wait entry, when it waits on a live replica.
@@ -469,15 +474,7 @@ local function share_give_back(lane)
     end
   end
   if best == nil then return end
-  redis.call('HSET', base .. 'stop', best, cmsgpack.pack(lane.name, member, best_lent))
-  redis.call('HSET', base .. 'pend', lane.name, best)
-  if best_owner == replica then
-    stops[#stops + 1] = best_ticket
-  else
-    local grants_key = base .. 'grants:' .. best_owner
-    redis.call('RPUSH', grants_key, '!' .. best_ticket)
-    redis.call('PEXPIRE', grants_key, 3 * ttl)
-  end
+  mark_victim(lane, member, best, best_owner, best_ticket, best_lent)
 end
 
 for _, lane in ipairs(lanes) do
