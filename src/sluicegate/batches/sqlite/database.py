@@ -188,6 +188,21 @@ class Database:
         self.conn.close()
 
 
+class Reader(Database):
+    """A read-only connection to the batch database ``db`` opened: with the log (WAL), its
+    reads see every committed write and never wait for one in progress, nor for the disk
+    (SQLite refuses its ``write``)."""
+
+    def __init__(self, db: Database) -> None:
+        self.path = db.path
+        uri = f"{db.path.resolve().as_uri()}?mode=ro"
+        self.conn = sqlite3.connect(
+            uri, uri=True, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
+        )
+        self.conn.row_factory = sqlite3.Row
+        self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+
+
 def insert(conn: sqlite3.Connection, table: str, row: Mapping[str, object]) -> None:
     """Insert ``row`` (column → value) into ``table``, inside the caller's transaction."""
     names = ", ".join(row)

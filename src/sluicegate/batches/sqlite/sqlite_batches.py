@@ -1,10 +1,12 @@
 """The embedded batch backend: one SQLite file (WAL), used from a thread of its own.
 
-SQLite calls block, and a commit waits for the disk: every call runs on one
-dedicated thread, and the event loop goes on serving requests meanwhile. Calls take
+SQLite calls block, and a commit waits for the disk: every write runs on one
+dedicated thread, and the event loop goes on serving requests meanwhile. Writes take
 turns on that thread, so none may be long: an upload is written in bounded steps
-(``FileStore``), each its own call, and another tenant's call waits for one step at
-most, not for the whole file.
+(``FileStore``), each its own call, and another tenant's write waits for one step at
+most, not for the whole file. Reads a client makes (a file, a batch, a listing, a
+page of lines) run on a second thread with a read-only connection: in WAL mode they
+wait for no write at all, however slow the disk is to take a commit.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from sluicegate.batches.batch_backend import (
 )
 from sluicegate.batches.sqlite.admin_rows import AdminStore
 from sluicegate.batches.sqlite.batch_rows import BatchStore
-from sluicegate.batches.sqlite.database import Database
+from sluicegate.batches.sqlite.database import Database, Reader
 from sluicegate.batches.sqlite.file_rows import FileStore
 from sluicegate.batches.sqlite.finishing import Finisher
 from sluicegate.batches.sqlite.line_rows import LineStore
@@ -49,7 +51,11 @@ class SqliteBatches:
         self.path = path
         self.file_retention_s = file_retention_s
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="sluicegate-batches")
+        self._read_thread = ThreadPoolExecutor(1, thread_name_prefix="sluicegate-batch-reads")
         self._db: Database | None = None
+        self._reader: Reader | None = None
+        self._read_files: FileStore
+        self._read_batches: BatchStore
         self._files: FileStore
         self._batches: BatchStore
         self._lines: LineStore
@@ -59,6 +65,11 @@ class SqliteBatches:
     async def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._thread, functools.partial(fn, *args, **kwargs))
+
+    async def _read(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        loop = asyncio.get_running_loop()
+        call = functools.partial(fn, *args, **kwargs)
+        return await loop.run_in_executor(self._read_thread, call)
 
     async def open(self) -> None:
         """Open (or create) the database."""
@@ -71,12 +82,20 @@ class SqliteBatches:
         if self.file_retention_s is not None:
             await self._call(self._files.expire_unexpiring, self.file_retention_s)
         self._admin = AdminStore(db)
+        reader = await self._read(Reader, db)
+        self._reader = reader
+        self._read_files = FileStore(reader)
+        self._read_batches = BatchStore(reader)
 
     async def close(self) -> None:
         """Close the database and stop its thread."""
+        if self._reader is not None:
+            await self._read(self._reader.close)
+            self._reader = None
         if self._db is not None:
             await self._call(self._db.close)
             self._db = None
+        self._read_thread.shutdown(wait=True)
         self._thread.shutdown(wait=True)
 
     async def create_file(
@@ -95,17 +114,17 @@ class SqliteBatches:
 
     async def get_file(self, tenant: str, file_id: str) -> Record | None:
         """See ``BatchBackend``."""
-        return await self._call(self._files.get, tenant, file_id)
+        return await self._read(self._read_files.get, tenant, file_id)
 
     async def list_files(
         self, tenant: str, purpose: str | None, after: str | None, limit: int
     ) -> tuple[list[Record], bool]:
         """See ``BatchBackend``."""
-        return await self._call(self._files.listing, tenant, purpose, after, limit)
+        return await self._read(self._read_files.listing, tenant, purpose, after, limit)
 
     async def file_page(self, file_id: str, start: int) -> list[bytes]:
         """See ``BatchBackend``."""
-        return await self._call(self._files.page, file_id, start)
+        return await self._read(self._read_files.page, file_id, start)
 
     async def delete_file(self, tenant: str, file_id: str) -> bool:
         """See ``BatchBackend``."""
@@ -117,13 +136,13 @@ class SqliteBatches:
 
     async def get_batch(self, tenant: str, batch_id: str) -> Record | None:
         """See ``BatchBackend``."""
-        return await self._call(self._batches.get, tenant, batch_id)
+        return await self._read(self._read_batches.get, tenant, batch_id)
 
     async def list_batches(
         self, tenant: str, after: str | None, limit: int
     ) -> tuple[list[Record], bool]:
         """See ``BatchBackend``."""
-        return await self._call(self._batches.listing, tenant, after, limit)
+        return await self._read(self._read_batches.listing, tenant, after, limit)
 
     async def cancel_batch(self, tenant: str, batch_id: str, now: int) -> Record | None:
         """See ``BatchBackend``."""
@@ -131,7 +150,7 @@ class SqliteBatches:
 
     async def batch_counts(self, batch_id: str) -> Counts:
         """See ``BatchBackend``."""
-        return await self._call(self._batches.counts, batch_id)
+        return await self._read(self._read_batches.counts, batch_id)
 
     async def validate_pending(self, read: LineReader, now: int) -> list[tuple[str, str]]:
         """See ``BatchBackend``."""
