@@ -6,8 +6,10 @@ Two upstreams, one after the other: a tiny aiohttp server with fixed answers
 processes on free loopback ports: nothing (``direct``), the aiohttp pass-through
 (``sluicegate.demo.passthrough``, the Python floor) and sluicegate (``serve``: one
 model, one slack lane, one keyed tenant, admission and metrics on, caps that never
-bind; ``--gateway-arg`` adds ``serve`` arguments, ``--label`` names it), plus one
-more sluicegate per ``--variant NAME=ARGS``, started with those extra arguments.
+bind; ``--gateway-arg`` adds ``serve`` arguments, ``--label`` names it), one per
+lane set-up ``--config`` names (default: ``never`` and ``default``, the lane with
+``preemptible`` unset, side by side), plus one more sluicegate per ``--variant
+NAME=ARGS``, started with those extra arguments (and the first set-up).
 
 Fixed rates: every target is offered the same open-loop rate, all at once (100 and
 300 req/s non-streaming, then streaming at 100 req/s): request i of the K targets
@@ -24,7 +26,8 @@ geometric bisection; targets take turns). CPU per request at the maximum is that
 the step at the highest passing rate. Memory: ``VmRSS`` at the end and the peak
 ``VmHWM``, summed over a proxy's processes.
 
-    python benchmarks/bench_floor.py [--quick] [--repeats 3] [--variant "x2=--workers 2"]
+    python benchmarks/bench_floor.py [--quick] [--repeats 3] [--config never --config default]
+        [--variant "x2=--workers 2"]
         [--write docs/BENCHMARKS.md]
 """
 
@@ -41,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from floor_measure import HIGH, HIGH_RATE, LOW, LOW_RATE, STREAM, Measured, measure
-from floor_stack import DIRECT, ENGINE, FLOOR, gateway_args, stack
+from floor_stack import DIRECT, ENGINE, FLOOR, LANE_SETUPS, gateway_args, stack
 from livestack import apply_presets, fast_loop, wide_console, write_report
 from saturation_probe import limiter, steps_grid
 from tables import Grid, bar_row, bars_grid, cells
@@ -197,6 +200,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--noisy-cores", type=float, default=0.25, help="retry threshold")
     parser.add_argument("--label", default="sluicegate", help="name of the sluicegate target")
     parser.add_argument(
+        "--config", action="append", choices=sorted(LANE_SETUPS), default=None,
+        help="the lane's set-up (repeatable: one sluicegate each, side by side): never "
+        "(preemptible: never), default (preemptible unset), requeue (unset, "
+        "preempt_action: requeue); default: never and default",
+    )  # fmt: skip
+    parser.add_argument(
         "--site",
         default=None,
         help="PYTHONPATH of every sluicegate target, e.g. build/wheel-site (make "
@@ -212,6 +221,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--write", type=Path, default=None, help="Markdown file to update")
     parser.set_defaults(generator="lean")
     args = parser.parse_args(argv)
+    args.config = list(dict.fromkeys(args.config or ["never", "default"]))
     quick = {"phase_s": 4.0, "stream_s": 3.0, "warmup_s": 2.0, "step_s": 1.5, "refine": 2}
     smoke = {"repeats": 1, "phase_s": 1.0, "stream_s": 1.0, "warmup_s": 0.5, "step_s": 0.5}
     smoke |= {"refine": 0, "max_rate": 400.0}
@@ -247,8 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     others = [p.others for m in measured for p in m.phases]
     gateways = ", ".join(
-        f"{name} (`serve --config …{''.join(' ' + a for a in extra)}`)"
-        for name, extra in gateway_args(args).items()
+        f"{name} (`serve --config …{''.join(' ' + a for a in extra)}`, lane "
+        f"`{LANE_SETUPS[setup].lstrip(', ') or 'preemptible unset'}`)"
+        for name, (setup, extra) in gateway_args(args).items()
     )
     upstream_names = "; ".join(UPSTREAMS[u] for u in upstreams).replace(
         "emulator", f"emulator (preset `{args.preset}`)"

@@ -33,10 +33,30 @@ models:
     max_concurrency: 100000
     lanes:
       - {{name: interactive, max_concurrency: 100000, max_queue: 100000, queue_timeout_s: 30,
-          slo_ms: 20000, policy: slack, preemptible: never}}
+          slo_ms: 20000, policy: slack{lane_extra}}}
 tenants:
   - {{name: bench, api_key_env: {key_env}, default_lane: interactive}}
 """
+
+LANE_SETUPS = {
+    "never": ", preemptible: never",
+    "default": "",
+    "requeue": ", preempt_action: requeue",
+}
+"""``--config`` names → what the lane adds to its fields: ``never`` cannot preempt;
+``default`` leaves ``preemptible`` unset (priority tiers: the bench's priority-2
+requests are preemptible after 80% of their output, so every one may be), and
+``requeue`` is that with ``preempt_action: requeue``."""
+
+
+def gateway_config(setup: str, *, port: int, engine: int, kind: str) -> str:
+    """The YAML of a sluicegate in front of the upstream on ``engine``, lane set up as
+    ``LANE_SETUPS[setup]``."""
+    return GATEWAY_CONFIG.format(
+        port=port, model=MODEL, engine=engine, kind=kind, key_env=KEY_ENV,
+        lane_extra=LANE_SETUPS[setup],
+    )  # fmt: skip
+
 
 Sample = tuple[int, float, float, float, str]
 """(slot, launch lag s, latency s, time to first data s or NaN, error or "") of one request."""
@@ -56,14 +76,21 @@ class Stack:
         return [name for name in self.urls if name not in (DIRECT, FLOOR)]
 
 
-def gateway_args(args: argparse.Namespace) -> dict[str, list[str]]:
-    """Name → extra ``serve`` arguments of every sluicegate target."""
-    wanted = {args.label: [a for arg in args.gateway_arg for a in shlex.split(arg)]}
+def gateway_args(args: argparse.Namespace) -> dict[str, tuple[str, list[str]]]:
+    """Name → (lane set-up, extra ``serve`` arguments) of every sluicegate target: the
+    main one per ``--config`` (named ``LABEL (SETUP)`` when there are several), then
+    each ``--variant`` with the first set-up."""
+    extra = [a for arg in args.gateway_arg for a in shlex.split(arg)]
+    setups: list[str] = args.config or ["never"]
+    wanted = {
+        (args.label if len(setups) == 1 else f"{args.label} ({setup})"): (setup, extra)
+        for setup in setups
+    }
     for spec in args.variant:
-        name, _, extra = spec.partition("=")
+        name, _, more = spec.partition("=")
         if not name or name in (*wanted, DIRECT, FLOOR, ENGINE):
             raise SystemExit(f"--variant {spec!r}: give a new NAME=ARGS")
-        wanted[name] = shlex.split(extra)
+        wanted[name] = (setups[0], shlex.split(more))
     return wanted
 
 
@@ -85,13 +112,9 @@ def stack(upstream: str, args: argparse.Namespace, log_dir: Path) -> Iterator[St
         urls[FLOOR] = f"http://127.0.0.1:{port}"
         pids[FLOOR] = group.start(FLOOR, argv, urls[FLOOR] + "/health")
         kind = "vllm" if upstream == "fake" else "emulator"
-        for i, (name, extra) in enumerate(gateway_args(args).items()):
+        for i, (name, (setup, extra)) in enumerate(gateway_args(args).items()):
             port, config = free_port(), log_dir / f"gateway-{upstream}-{i}.yaml"
-            config.write_text(
-                GATEWAY_CONFIG.format(
-                    port=port, model=MODEL, engine=engine, kind=kind, key_env=KEY_ENV
-                )
-            )
+            config.write_text(gateway_config(setup, port=port, engine=engine, kind=kind))
             url = f"http://127.0.0.1:{port}"
             # Every sluicegate runs from ``--site`` when given (e.g. the installed wheel).
             env = {"PYTHONPATH": args.site} if args.site else None

@@ -38,7 +38,7 @@ from pathlib import Path
 from rich.console import Console
 
 import fake_upstream
-from floor_stack import GATEWAY_CONFIG, KEY, KEY_ENV, paced
+from floor_stack import KEY, KEY_ENV, LANE_SETUPS, gateway_config, paced
 from livestack import Process, fast_loop, write_report
 from overhead_stack import MODEL
 from sluicegate.demo.processes import Children, children, free_port
@@ -119,7 +119,7 @@ def profile(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
 
-def start_targets(group: Children, old_src: Path, log_dir: Path) -> dict[str, Process]:
+def start_targets(group: Children, old_src: Path, log_dir: Path, setup: str) -> dict[str, Process]:
     """The fake upstream, then the pass-through and both gateways in front of it."""
     engine = free_port()
     base = f"http://127.0.0.1:{engine}"
@@ -132,11 +132,7 @@ def start_targets(group: Children, old_src: Path, log_dir: Path) -> dict[str, Pr
     }
     for name, src in (("before", old_src), ("after", None)):
         port, config = free_port(), log_dir / f"{name}.yaml"
-        config.write_text(
-            GATEWAY_CONFIG.format(
-                port=port, model=MODEL, engine=engine, kind="vllm", key_env=KEY_ENV
-            )
-        )
+        config.write_text(gateway_config(setup, port=port, engine=engine, kind="vllm"))
         url = f"http://127.0.0.1:{port}"
         env = {"PYTHONPATH": str(src)} if src is not None else None
         pid = group.start(name, ["serve", "--config", str(config)], url + "/readyz", env=env)
@@ -149,7 +145,7 @@ def run(args: argparse.Namespace, log_dir: Path, console: Console) -> list[Grid]
     os.environ[KEY_ENV] = KEY
     n = int(args.rate * args.duration)
     with baseline_source(args) as old_src, children(log_dir) as group:
-        processes = start_targets(group, old_src, log_dir)
+        processes = start_targets(group, old_src, log_dir, args.config)
         urls = {name: p.url + "/v1/chat/completions" for name, p in processes.items()}
         start = {name: p.cpu_s() for name, p in processes.items()}
         spies = {
@@ -208,6 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-src", default=None, help="or: a src directory to run")
     parser.add_argument("--rate", type=float, default=300.0, help="req/s per target")
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of load")
+    parser.add_argument(
+        "--config", choices=sorted(LANE_SETUPS), default="never",
+        help="the lane's set-up (see bench_floor.py --config)",
+    )  # fmt: skip
+    parser.add_argument("--section", default="profile_gateway", help="section --write replaces")
     parser.add_argument("--write", type=Path, default=None, help="Markdown file to update")
     args = parser.parse_args(argv)
     console = Console(width=140)
@@ -215,14 +216,15 @@ def main(argv: list[str] | None = None) -> int:
     grids = run(args, log_dir, console)
     notes = [
         f"Before: `{args.baseline_src or args.baseline}`; after: this checkout. Both gateways "
-        "(one model, one slack lane, one keyed tenant, metrics and a 1 s scrape on) run at "
+        f"(one model, one slack lane set up `{args.config}`, one keyed tenant, metrics and a "
+        "1 s scrape on) run at "
         "once in front of `fake_upstream.py`, with the aiohttp pass-through beside them; "
         f"{args.rate:g} req/s each, interleaved, for {args.duration:g} s; `py-spy record "
         "-r 250` on each gateway. A layer is the innermost frame's module; µs/req = its share "
         "of samples × the process's CPU per request.",
     ]
     write_report(
-        args, script="profile_gateway.py", section="profile_gateway",
+        args, script="profile_gateway.py", section=args.section,
         title="Where a request's CPU goes: profile before and after (issue 18)",
         notes=notes, grids=grids, argv=argv, out=console,
     )  # fmt: skip
