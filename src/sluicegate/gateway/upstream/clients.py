@@ -115,15 +115,19 @@ class Upstream:
         """The whole response body, at most ``max_upstream_body_bytes``, with the same error
         mapping; ``idle`` (a deadline) is moved ``idle_s`` on with every read."""
         response.limit_body(self.limits.body_bytes)
-        parts = []
+        parts: list[bytes] = []
+
+        def piece(data: bytes) -> bool:
+            parts.append(data)
+            if idle is not None:
+                idle.after(idle_s)
+            return False
+
         try:
-            while data := await response.readany():
-                parts.append(data)
-                if idle is not None:
-                    idle.after(idle_s)
+            await response.consume(piece)
         except UpstreamError as exc:
             raise answer_error(exc) from exc
-        return b"".join(parts)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def upstream_limits(server: ServerSpec) -> UpstreamLimits:
