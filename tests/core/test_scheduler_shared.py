@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from sluicegate.core.backend_state import BackendSpec
+from sluicegate.core.component_specs import BackendSpec
 from sluicegate.core.decisions import (
     Admit,
     ErrorCode,
@@ -72,7 +72,8 @@ def test_reserve_says_when_a_ticket_may_be_preempted(
     make_spec: SpecFactory, make_lane: LaneFactory, make_ticket: TicketFactory
 ) -> None:
     """``preempt_delay_s`` follows the lane's rule: ``always`` at once, ``never`` not at all,
-    priority tiers 0–1 never, 4–5 at once, 2–3 after 80% of ``max_tokens``."""
+    priority tiers 0–1 never, 4–5 at once, 2–3 after 80% of ``max_tokens`` when streamed
+    (a non-streamed one in an ``abort`` lane finishes: never)."""
     for rule, priority, expected in (("always", 0, 0.0), ("never", 5, None), ("priority", 1, None)):
         sched = shared(make_spec, make_lane, preemptible=rule)
         _, reserve = sched.submit(make_ticket("a", priority=priority), 0.0)
@@ -80,10 +81,13 @@ def test_reserve_says_when_a_ticket_may_be_preempted(
         assert reserve.preempt_delay_s == expected, rule
     sched = shared(make_spec, make_lane, preemptible="priority")
     _, top = sched.submit(make_ticket("low", priority=4), 0.0)
-    _, middle = sched.submit(make_ticket("mid", priority=3, max_tokens=100), 0.0)
+    _, middle = sched.submit(make_ticket("mid", priority=3, max_tokens=100, streaming=True), 0.0)
+    _, unary = sched.submit(make_ticket("unary", priority=3, max_tokens=100), 0.0)
     assert isinstance(top, Reserve)
     assert isinstance(middle, Reserve)
+    assert isinstance(unary, Reserve)
     assert top.preempt_delay_s == 0.0
+    assert unary.preempt_delay_s is None
     # Prior rates (8,000 prompt tokens/s, 40 output tokens/s): 100 prompt tokens take
     # 12.5 ms, then 80 of its 100 output tokens 2 s.
     assert middle.preempt_delay_s == pytest.approx(0.0125 + 80 / 40.0)

@@ -40,6 +40,7 @@ from sluicegate.core import (
     Usage,
 )
 from sluicegate.core.policies import FAIRNESS, POLICY_ALIASES, policy_names
+from sluicegate.core.preemption import ever_preemptible
 from sluicegate.core.ratelimit import TenantRateLimiter
 from tests.core.conftest import machine_settings
 
@@ -119,6 +120,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         requeue=st.booleans(),
         budget=st.sampled_from([None, 2_000]),
         adaptive=st.booleans(),
+        max_priority=st.lists(st.sampled_from([0, 0, 1, 2, 3, 4]), min_size=3, max_size=3),
     )
     def setup(
         self,
@@ -127,6 +129,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         requeue: bool,
         budget: int | None,
         adaptive: bool,
+        max_priority: list[int],
     ) -> None:
         self.budget = budget
         model = ModelSpec(
@@ -140,11 +143,16 @@ class SchedulerMachine(RuleBasedStateMachine):
             circuit_cooldown_s=1.0,
         )
         tenants = (
-            TenantSpec(name="alice", weight=2.0),
-            TenantSpec(name="bob", requests_per_s=2.0, tokens_per_min=30_000.0),
-            TenantSpec(name="carol"),
-        )
+            TenantSpec(name="alice", weight=2.0, max_priority=max_priority[0]),
+            TenantSpec(
+                name="bob", requests_per_s=2.0, tokens_per_min=30_000.0,
+                max_priority=max_priority[1],
+            ),
+            TenantSpec(name="carol", max_priority=max_priority[2]),
+        )  # fmt: skip
         self.tenants = tenants
+        self.model = model
+        self.most_important = min(max_priority)
         self.s = Scheduler(SchedulerSpec(models=(model,), tenants=tenants))
 
     # ------------------------------------------------------------------ driver
@@ -185,6 +193,12 @@ class SchedulerMachine(RuleBasedStateMachine):
             elif isinstance(d, Preempt):
                 assert tid in self.running, f"preempted {tid} is not running"
                 assert d.ticket.priority >= 2 or d.ticket.lane != "interactive"
+                # The gateway sends a ticket judged never preemptible as it came.
+                lane = self.model.lane(d.ticket.lane)
+                assert ever_preemptible(
+                    self.model, lane, d.ticket.priority, self.most_important,
+                    streaming=d.ticket.streaming,
+                )  # fmt: skip
                 if d.action is PreemptAction.REQUEUE:
                     assert not d.ticket.streaming
                 self.preempting.add(tid)
@@ -232,6 +246,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         self._advance(dt)
         self.n += 1
         tid = TicketId(f"t{self.n}")
+        # As the gateway classifies: never more important than the tenant may ask.
+        priority = max(priority, next(t for t in self.tenants if t.name == tenant).max_priority)
         ticket = Ticket(
             id=tid,
             model=MODEL,

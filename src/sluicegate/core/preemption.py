@@ -3,7 +3,12 @@
 Rules. Tiers by priority when a lane says ``preemptible: priority``: 0–1
 never; 2–3 only after 80% of ``max_tokens`` is generated (the partial answer
 is useful); 4–5 at any time. A lane may instead fix one rule for all its
-tickets (``never``, ``always``, or ``after_fraction``).
+tickets (``never``, ``always``, or ``after_fraction``). A rule that waits for
+part of the answer does not apply to a non-streamed request in an ``abort``
+lane: it finishes instead. Its text so far would reach the client only if the
+engine streamed it to the gateway, and streaming every such request costs
+1.2–2.5× the CPU of relaying it (issue 33), while stopping it past the fraction
+frees its slot only for the rest of its answer.
 
 Search (``preempt_for_blocked``, run after admission on every dispatch). For
 each lane whose waiting head is *urgent* (its latest start has come, or it has
@@ -24,7 +29,7 @@ from sluicegate.core.backend_state import any_healthy
 from sluicegate.core.decisions import Decision, Preempt, PreemptAction
 from sluicegate.core.entry import Entry, State
 from sluicegate.core.runtime import LaneRuntime, ModelRuntime
-from sluicegate.core.spec import AfterFraction, LaneSpec
+from sluicegate.core.spec import AfterFraction, LaneSpec, ModelSpec
 
 STANDARD_FRACTION = 0.8
 NEVER_BELOW = 2  # priorities 0 and 1
@@ -46,23 +51,49 @@ def generated_tokens(entry: Entry, now: float) -> int:
     return min(entry.ticket.max_tokens, int(decoding_s / entry.decode_s_per_token))
 
 
-def required_fraction(lane: LaneSpec, priority: int) -> float | None:
-    """Fraction of ``max_tokens`` a ticket must have generated to be preemptible; None = never."""
+def required_fraction(lane: LaneSpec, priority: int, *, streaming: bool) -> float | None:
+    """Fraction of ``max_tokens`` a ticket (of ``priority``, streamed or not) must have
+    generated to be preemptible; None = never (a non-streamed ticket of an ``abort``
+    lane under a rule that waits for a fraction of its answer included)."""
     rule = lane.preemptible
     if rule == "never":
         return None
     if rule == "always":
         return 0.0
     if isinstance(rule, AfterFraction):
-        return rule.after_fraction
-    if priority < NEVER_BELOW:
+        fraction = rule.after_fraction
+    elif priority < NEVER_BELOW:
         return None
-    return 0.0 if priority >= ALWAYS_FROM else STANDARD_FRACTION
+    else:
+        fraction = 0.0 if priority >= ALWAYS_FROM else STANDARD_FRACTION
+    if fraction > 0.0 and not streaming and lane.preempt_action == "abort":
+        return None
+    return fraction
+
+
+def ever_preemptible(
+    model: ModelSpec, lane: LaneSpec, priority: int, most_important: int, *, streaming: bool
+) -> bool:
+    """Whether a ticket of ``priority`` (streamed or not) running in ``lane`` of ``model``
+    could ever be stopped, when no ticket of the model can be more important than
+    ``most_important`` (the lowest ``max_priority`` of the tenants that may send to it).
+    The lane's rule must allow it, and some search must be able to choose it: an urgent
+    waiter more important than it (``_victims``), a lane reclaiming what it lent (only
+    tickets that borrowed), or a tenant's share given back (``_share_preempt``)."""
+    if required_fraction(lane, priority, streaming=streaming) is None:
+        return False
+    if priority > most_important:
+        return True
+    if lane.borrow and any(other.lend for other in model.lanes if other.name != lane.name):
+        return True
+    rule = share_rule(lane)
+    return rule == "always" or (rule == "priority" and priority >= ALWAYS_FROM)
 
 
 def is_preemptible(entry: Entry, lane: LaneSpec, now: float) -> bool:
     """Whether ``entry`` (running in ``lane``) may be preempted at ``now``."""
-    fraction = required_fraction(lane, entry.ticket.priority)
+    ticket = entry.ticket
+    fraction = required_fraction(lane, ticket.priority, streaming=ticket.streaming)
     if fraction is None:
         return False
     if fraction <= 0.0:
@@ -83,7 +114,8 @@ def urgent_time(model: ModelRuntime, lane: LaneSpec, entry: Entry) -> float:
 def preemptible_after(lane: LaneSpec, entry: Entry) -> float | None:
     """How long after its admission ``entry`` (of ``lane``) becomes preemptible, by its
     predicted decode rate; ``None`` when never."""
-    fraction = required_fraction(lane, entry.ticket.priority)
+    ticket = entry.ticket
+    fraction = required_fraction(lane, ticket.priority, streaming=ticket.streaming)
     if fraction is None:
         return None
     if fraction <= 0.0:
@@ -297,7 +329,9 @@ def _eligible_at(model: ModelRuntime, candidates: list[Entry], now: float) -> li
     """When fraction-gated candidates will have generated enough to be preemptible."""
     times = []
     for victim in candidates:
-        fraction = required_fraction(model.lanes[victim.ticket.lane].spec, victim.ticket.priority)
+        ticket = victim.ticket
+        lane = model.lanes[ticket.lane].spec
+        fraction = required_fraction(lane, ticket.priority, streaming=ticket.streaming)
         if fraction is None:
             continue
         at = (

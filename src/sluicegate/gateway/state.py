@@ -7,9 +7,10 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 
 from sluicegate.config import Config
+from sluicegate.core.preemption import ever_preemptible
 from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.spec import ModelSpec, TenantSpec
-from sluicegate.core.ticket import BackendStats
+from sluicegate.core.ticket import MAX_PRIORITY, BackendStats
 from sluicegate.gateway.asyncio_driver import SchedulerDriver
 from sluicegate.gateway.clock import Clock, wall_anchored_clock
 from sluicegate.gateway.distributed.distributed_metrics import StoreMetrics
@@ -59,6 +60,11 @@ class GatewayState:
         self.models: dict[str, ModelSpec] = {model.name: model for model in config.models}
         self._tenants: dict[str, TenantSpec] = {t.name: t for t in config.scheduler_spec().tenants}
         self._default_tenant = TenantSpec(name=ANONYMOUS)
+        senders = list(self._tenants.values()) + ([] if keys else [self._default_tenant])
+        self._most_important = {
+            model.name: _most_important(model, senders) for model in config.models
+        }
+        self._exposed: dict[tuple[str, str, int], bool] = {}
         self._urls = {
             (model.name, backend.name): (backend.url or "").rstrip("/")
             for model in config.models
@@ -140,6 +146,21 @@ class GatewayState:
         own ``llama-server`` keeps them)."""
         return self._engines[(model, backend)] != "llamacpp"
 
+    def ever_preemptible(self, model: str, lane: str, priority: int) -> bool:
+        """Whether a non-streamed ticket of ``priority`` in ``lane`` of ``model`` could
+        ever be preempted, by the lane's rule and the priorities the tenants may ask for
+        (``core.preemption.ever_preemptible``)."""
+        key = (model, lane, priority)
+        exposed = self._exposed.get(key)
+        if exposed is None:
+            spec = self.models[model]
+            most_important = self._most_important[model]
+            exposed = ever_preemptible(
+                spec, spec.lane(lane), priority, most_important, streaming=False
+            )
+            self._exposed[key] = exposed
+        return exposed
+
     def streams_unary(self, model: str, backend: str) -> bool:
         """Whether non-streamed requests go to a backend as streams (``STREAMED_UPSTREAM``)."""
         return self._engines[(model, backend)] in STREAMED_UPSTREAM
@@ -147,6 +168,20 @@ class GatewayState:
     def backend_url(self, model: str, backend: str) -> str:
         """The configured base URL of a backend (never taken from a request)."""
         return self._urls[(model, backend)]
+
+
+def _most_important(model: ModelSpec, senders: Sequence[TenantSpec]) -> int:
+    """The most important priority a ticket of ``model`` can have: the lowest
+    ``max_priority`` of the tenants that may use one of its lanes."""
+    lanes = {lane.name for lane in model.lanes}
+    return min(
+        (
+            tenant.max_priority
+            for tenant in senders
+            if tenant.allowed_lanes is None or lanes.intersection(tenant.allowed_lanes)
+        ),
+        default=MAX_PRIORITY,
+    )
 
 
 def _store_link(

@@ -8,9 +8,12 @@ llama.cpp's empty stream (the same request, sent unstreamed, to get the
 engine's real error).
 
 A request is sent upstream as a stream and reassembled (``assemble.py``) when
-its lane could preempt it with ``abort``, so that the text so far survives, and
-when its backend is llama.cpp, so that a client that leaves stops the engine;
-unless it uses fields the assembler does not merge.
+it could ever be preempted with ``abort`` (its lane's rule allows it and some
+ticket of the model could be chosen over it: ``GatewayState.ever_preemptible``),
+so that the text so far survives, and when its backend is llama.cpp, so that a
+client that leaves stops the engine; unless it uses fields the assembler does
+not merge. The stream's reads are fed to the assembler as they arrive, on the
+connection's side (``Http1Response.consume``): the request's task wakes once.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from sluicegate.core.decisions import Preempt, PreemptAction
-from sluicegate.core.preemption import required_fraction
 from sluicegate.core.ticket import Outcome
 from sluicegate.gateway.http_errors import GatewayError
 from sluicegate.gateway.request.admission_wait import admission
@@ -67,8 +69,8 @@ class UnaryRelay(Relay):
         if self.state.streams_unary(ticket.model, admit.backend):
             return True
         lane = self.state.models[ticket.model].lane(ticket.lane)
-        return (
-            lane.preempt_action == "abort" and required_fraction(lane, ticket.priority) is not None
+        return lane.preempt_action == "abort" and self.state.ever_preemptible(
+            ticket.model, ticket.lane, ticket.priority
         )
 
     async def _attempt(self, exchange: Exchange, body: bytes) -> bytes | None:
@@ -157,21 +159,25 @@ class UnaryRelay(Relay):
         """Read the engine's stream into ``assembler`` and rebuild the answer (``None``: the
         stream was empty). An engine error event, a malformed event, a cut or an early end
         is a 502 ``upstream_error``."""
-        driver, ticket, interrupts = self.state.driver, exchange.ticket, exchange.interrupts
-        received = 0
+        driver, ticket = self.state.driver, exchange.ticket
+        idle, idle_s = exchange.interrupts.upstream, self._idle_s
         first_token_s: float | None = None
+
+        def piece(data: bytes) -> bool:
+            # Called for each read of the stream as it arrives, outside this task.
+            nonlocal first_token_s
+            idle.after(idle_s)
+            if assembler.feed(data):
+                first_token_s = driver.now() - ticket.arrival
+            driver.progress(ticket.id, assembler.progress)
+            return assembler.error or assembler.malformed
+
         response.limit_body(self.state.upstream.limits.body_bytes)
         try:
-            while data := await response.readany():
-                received += len(data)
-                interrupts.upstream.after(self._idle_s)
-                if assembler.feed(data):
-                    first_token_s = driver.now() - ticket.arrival
-                driver.progress(ticket.id, assembler.progress)
-                if assembler.error or assembler.malformed:
-                    break
+            await response.consume(piece)
         except UpstreamError as exc:
             raise answer_error(exc) from exc
+        received = response.received
         if assembler.overflowed:
             raise GatewayError(502, "upstream_event_too_large", EVENT_TOO_LARGE)
         if received == 0:
