@@ -52,6 +52,9 @@ from tables import Grid, bar_row, bars_grid, cells
 UPSTREAMS = {"fake": "tiny aiohttp upstream", "emulator": "emulator"}
 CPU_RATIO, CPU_RATIO_LOW_RATE = 1.0, 1.2
 ADDED_P50_MS, ADDED_P99_MS = 0.5, 2.0
+FLOOR_CPU, FLOOR_RATE, FLOOR_P99_MS, STRETCH_CPU = 1.05, 0.95, 2.0, 0.75
+"""Issue 33's bars: CPU per request at saturation and max throughput as ratios to the
+pass-through, added p99 at 300 req/s within the pass-through's own + 2 ms; the stretch."""
 
 
 def _x(value: float, base: float) -> str:
@@ -177,6 +180,30 @@ def targets_grid(measured: Sequence[Measured]) -> Grid:
     return bars_grid(rows, "Issue 18 targets")
 
 
+def floor_grid(measured: Sequence[Measured]) -> Grid:
+    """Issue 33's bars for every sluicegate target, in front of the tiny upstream."""
+    rows = []
+    for m in measured:
+        if m.stack.upstream != "fake":
+            continue
+        base_rate, base_us = m.at_max(FLOOR)
+        base_p99 = m.median(HIGH, FLOOR, "added p99")
+        for g in m.stack.gateways:
+            rate, us = m.at_max(g)
+            p99 = m.median(HIGH, g, "added p99")
+            rows += [
+                bar_row(f"{g}: CPU/req at its max vs pass-through", us / base_us, FLOOR_CPU,
+                        "×", upper=True),
+                bar_row(f"{g}: max req/s vs pass-through", rate / base_rate, FLOOR_RATE, "×",
+                        upper=False),
+                bar_row(f"{g}: added p99 @300/s − the pass-through's", p99 - base_p99,
+                        FLOOR_P99_MS, "ms", upper=True),
+                bar_row(f"{g}: CPU/req at its max vs pass-through (stretch)", us / base_us,
+                        STRETCH_CPU, "×", upper=True),
+            ]  # fmt: skip
+    return bars_grid(rows, "Issue 33 targets (tiny aiohttp upstream)")
+
+
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter phases and steps")
@@ -190,6 +217,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--phase-s", type=float, default=10.0, help="seconds per rate phase")
     parser.add_argument("--stream-s", type=float, default=6.0, help="streaming phase seconds")
     parser.add_argument("--stream-tokens", type=int, default=16, help="max_tokens streamed")
+    parser.add_argument(
+        "--unary-tokens", type=int, default=2, help="max_tokens of the non-streamed requests"
+    )
     parser.add_argument("--warmup-s", type=float, default=3.0)
     parser.add_argument("--pause-s", type=float, default=0.5, help="rest between phases")
     parser.add_argument("--start-rate", type=float, default=200.0, help="first saturation step")
@@ -203,7 +233,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         "--config", action="append", choices=sorted(LANE_SETUPS), default=None,
         help="the lane's set-up (repeatable: one sluicegate each, side by side): never "
         "(preemptible: never), default (preemptible unset), requeue (unset, "
-        "preempt_action: requeue); default: never and default",
+        "preempt_action: requeue), always (preemptible: always: every non-streamed request "
+        "reassembled); default: never and default",
     )  # fmt: skip
     parser.add_argument(
         "--site",
@@ -247,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                 for log in sorted(log_dir.glob("*.log")):
                     console.print(f"[red]{log.name}[/red]\n{log.read_text()[-2000:]}")
                 raise
-    grids = [targets_grid(measured)]
+    grids = [floor_grid(measured), targets_grid(measured)]
     for m in measured:
         grids += [summary_grid(m), fixed_grid(m), ceiling_grid(m)]
     steps = [
@@ -269,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         f"pass-through, {gateways}; one model, one slack lane, one keyed tenant, metrics and "
         "a 1 s scrape on.",
         f"Fixed rates, all targets at once, interleaved: {LOW_RATE:g} and {HIGH_RATE:g} "
-        f"req/s per target for {args.phase_s:g} s, streaming ({args.stream_tokens} tokens) at "
+        f"req/s per target for {args.phase_s:g} s ({args.unary_tokens} tokens), streaming ({args.stream_tokens} tokens) at "
         f"{LOW_RATE:g} req/s for {args.stream_s:g} s; each run {args.repeats}×, medians. "
         f"Saturation: {args.step_s:g} s steps from {args.start_rate:g} req/s, pass = achieved "
         f"≥ 95% of offered, p99 < {args.p99_limit_ms:g} ms, no errors.",

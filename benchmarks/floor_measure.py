@@ -124,11 +124,11 @@ async def measure(s: Stack, args: argparse.Namespace, console: Console) -> Measu
     """Warm up, the fixed-rate phases ``--repeats`` times, the saturation probe, memory."""
     result = Measured(s)
     with console.status(f"{s.upstream}: warming up…"):
-        await phase("warmup", s, LOW_RATE, args.warmup_s, stream=False, tokens=2)
+        await phase("warmup", s, LOW_RATE, args.warmup_s, stream=False, tokens=args.unary_tokens)
         await phase("warmup", s, LOW_RATE, 1.0, stream=True, tokens=args.stream_tokens)
     plan = [
-        (LOW, LOW_RATE, args.phase_s, False, 2),
-        (HIGH, HIGH_RATE, args.phase_s, False, 2),
+        (LOW, LOW_RATE, args.phase_s, False, args.unary_tokens),
+        (HIGH, HIGH_RATE, args.phase_s, False, args.unary_tokens),
         (STREAM, LOW_RATE, args.stream_s, True, args.stream_tokens),
     ]
     for repeat in range(args.repeats):

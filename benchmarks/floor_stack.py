@@ -42,11 +42,13 @@ LANE_SETUPS = {
     "never": ", preemptible: never",
     "default": "",
     "requeue": ", preempt_action: requeue",
+    "always": ", preemptible: always",
 }
 """``--config`` names → what the lane adds to its fields: ``never`` cannot preempt;
 ``default`` leaves ``preemptible`` unset (priority tiers: the bench's priority-2
 requests are preemptible after 80% of their output, so every one may be), and
-``requeue`` is that with ``preempt_action: requeue``."""
+``requeue`` is that with ``preempt_action: requeue``; ``always`` may stop any ticket at
+once, so every non-streamed request is streamed upstream and reassembled."""
 
 
 def gateway_config(setup: str, *, port: int, engine: int, kind: str) -> str:

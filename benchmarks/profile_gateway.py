@@ -209,6 +209,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the lane's set-up (see bench_floor.py --config)",
     )  # fmt: skip
     parser.add_argument("--section", default="profile_gateway", help="section --write replaces")
+    parser.add_argument(
+        "--title",
+        default="Where a request's CPU goes: profile before and after (issue 18)",
+        help="heading of the section --write replaces",
+    )
     parser.add_argument("--write", type=Path, default=None, help="Markdown file to update")
     args = parser.parse_args(argv)
     console = Console(width=140)
@@ -225,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     write_report(
         args, script="profile_gateway.py", section=args.section,
-        title="Where a request's CPU goes: profile before and after (issue 18)",
+        title=args.title,
         notes=notes, grids=grids, argv=argv, out=console,
     )  # fmt: skip
     return 0

@@ -141,7 +141,8 @@ async def step(
     if args.generator == "run_load":
         samples = await _with_run_load(url, n, rate, timeout_s)
     else:
-        request = WorkloadRequest(0.0, PROMPT_TOKENS, 2, 2)
+        tokens = getattr(args, "unary_tokens", 2)
+        request = WorkloadRequest(0.0, PROMPT_TOKENS, tokens, tokens)
         body = orjson.dumps(
             build_body(request, 0, model=MODEL, endpoint="chat", stream=False, ignore_eos=True)
         )
