@@ -249,6 +249,11 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         "--variant", action="append", default=[], metavar="NAME=ARGS",
         help="one more sluicegate target started with `serve ... ARGS` (repeatable)",
     )  # fmt: skip
+    parser.add_argument(
+        "--title",
+        default="Per-request cost at the Python floor: sluicegate vs the aiohttp pass-through",
+        help="heading of the section --write replaces",
+    )
     parser.add_argument("--write", type=Path, default=None, help="Markdown file to update")
     parser.set_defaults(generator="lean")
     args = parser.parse_args(argv)
@@ -278,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
                 for log in sorted(log_dir.glob("*.log")):
                     console.print(f"[red]{log.name}[/red]\n{log.read_text()[-2000:]}")
                 raise
-    grids = [floor_grid(measured), targets_grid(measured)]
+    floor = floor_grid(measured)
+    grids = [floor, targets_grid(measured)] if floor[2] else [targets_grid(measured)]
     for m in measured:
         grids += [summary_grid(m), fixed_grid(m), ceiling_grid(m)]
     steps = [
@@ -300,8 +306,9 @@ def main(argv: list[str] | None = None) -> int:
         f"pass-through, {gateways}; one model, one slack lane, one keyed tenant, metrics and "
         "a 1 s scrape on.",
         f"Fixed rates, all targets at once, interleaved: {LOW_RATE:g} and {HIGH_RATE:g} "
-        f"req/s per target for {args.phase_s:g} s ({args.unary_tokens} tokens), streaming ({args.stream_tokens} tokens) at "
-        f"{LOW_RATE:g} req/s for {args.stream_s:g} s; each run {args.repeats}×, medians. "
+        f"req/s per target for {args.phase_s:g} s ({args.unary_tokens} tokens), streaming "
+        f"({args.stream_tokens} tokens) at {LOW_RATE:g} req/s for {args.stream_s:g} s; "
+        f"each run {args.repeats}×, medians. "
         f"Saturation: {args.step_s:g} s steps from {args.start_rate:g} req/s, pass = achieved "
         f"≥ 95% of offered, p99 < {args.p99_limit_ms:g} ms, no errors.",
         *(
@@ -313,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         f"during the fixed-rate phases: median {np.median(others):.2f}, max {max(others):.2f} "
         f"of {os.cpu_count()} cores.",
     ]
-    title = "Per-request cost at the Python floor: sluicegate vs the aiohttp pass-through"
+    title = args.title
     write_report(
         args, script="bench_floor.py", section=args.section, title=title, notes=notes,
         grids=[*grids, *steps], argv=argv, out=console,
