@@ -208,14 +208,18 @@ def test_distributed_smoke_serves_everything_and_keeps_the_cap(tmp_path: Path) -
 @pytest.mark.slow
 def test_floor_smoke_measures_every_target_on_both_upstreams(tmp_path: Path) -> None:
     """On both upstreams every fixed-rate phase (100/s, 300/s, streaming) served every
-    request of direct, the pass-through and sluicegate without an error, each proxy's CPU
-    per request is positive and its ratio to the pass-through's is the quotient of the
-    two; the targets table names all twelve of issue 18's bars."""
+    request of direct, the pass-through and both sluicegates (lane set-ups ``never`` and
+    ``default``) without an error, each proxy's CPU per request is positive and its ratio
+    to the pass-through's is the quotient of the two; the targets tables name issue 18's
+    twelve bars and issue 33's four for each sluicegate."""
     _, text = run_smoke("bench_floor.py", tmp_path)
     body = section(text, "bench_floor")
+    gateways = ("sluicegate (never)", "sluicegate (default)")
     bars = table(body, "Issue 18 targets")
-    assert len(bars) == 12, bars
+    assert len(bars) == 12 * len(gateways), bars
     assert {row["bar"].split(":")[0] for row in bars} == {"fake", "emulator"}
+    floor_bars = table(body, "Issue 33 targets (tiny aiohttp upstream)")
+    assert sorted(row["bar"].split(":")[0] for row in floor_bars) == sorted(gateways * 4)
     for upstream in ("tiny aiohttp upstream", "emulator"):
         title = (
             f"{upstream}: fixed rates per target, medians of the repeats (streaming: TTFT; "
@@ -225,7 +229,7 @@ def test_floor_smoke_measures_every_target_on_both_upstreams(tmp_path: Path) -> 
         assert {(row["phase"], row["target"]) for row in rows} == {
             (phase, target)
             for phase in ("100/s", "300/s", "stream 100/s")
-            for target in ("direct", "pass-through", "sluicegate")
+            for target in ("direct", "pass-through", *gateways)
         }
         floor = {
             row["phase"]: number(row["CPU µs/req"])
