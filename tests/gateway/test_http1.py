@@ -278,11 +278,11 @@ async def test_body_without_length_reads_to_eof_and_is_not_pooled() -> None:
         assert server.accepted == 2
 
 
-async def test_stream_arrives_piece_by_piece() -> None:
-    """readany() hands over each piece of a stream as it arrives: the engine sends the next
-    piece only after the client got the previous one, so nothing waits for the end."""
-    pieces = [b"data: %d\n\n" % i for i in range(5)]
-    got: list[asyncio.Event] = [asyncio.Event() for _ in pieces]
+def lockstep_stream(
+    pieces: list[bytes], got: list[asyncio.Event]
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """An aiohttp handler streaming ``pieces``, each written only once the client set
+    the ``got`` event of the one before."""
 
     async def events(request: web.Request) -> web.StreamResponse:
         await request.read()
@@ -294,7 +294,16 @@ async def test_stream_arrives_piece_by_piece() -> None:
         await stream.write_eof()
         return stream
 
-    async with aiohttp_engine(events) as port, open_pool() as pool:
+    return events
+
+
+async def test_stream_arrives_piece_by_piece() -> None:
+    """readany() hands over each piece of a stream as it arrives: the engine sends the next
+    piece only after the client got the previous one, so nothing waits for the end."""
+    pieces = [b"data: %d\n\n" % i for i in range(5)]
+    got: list[asyncio.Event] = [asyncio.Event() for _ in pieces]
+
+    async with aiohttp_engine(lockstep_stream(pieces, got)) as port, open_pool() as pool:
         response = await pool.post(
             f"http://127.0.0.1:{port}/v1/completions", HEAD, BODY, reuse=True
         )

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 import uvloop
-from aiohttp import web
 
 from sluicegate.gateway.upstream.http1 import UpstreamError, UpstreamProtocolError
 from tests.gateway.test_http1 import (
@@ -23,29 +22,12 @@ from tests.gateway.test_http1 import (
     Conn,
     RawServer,
     aiohttp_engine,
+    lockstep_stream,
     open_pool,
     raw_server,
 )
 
 PIECES = [b"data: %d\n\n" % i for i in range(5)]
-
-
-def _stream_engine(
-    got: list[asyncio.Event],
-) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """An engine that writes ``PIECES`` one by one, each only after ``got[i]`` is set."""
-
-    async def events(request: web.Request) -> web.StreamResponse:
-        await request.read()
-        stream = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await stream.prepare(request)
-        for piece, event in zip(PIECES, got, strict=True):
-            await stream.write(piece)
-            await asyncio.wait_for(event.wait(), MARGIN_S)
-        await stream.write_eof()
-        return stream
-
-    return events
 
 
 async def test_each_piece_reaches_the_sink_as_it_arrives_outside_any_task() -> None:
@@ -63,7 +45,7 @@ async def test_each_piece_reaches_the_sink_as_it_arrives_outside_any_task() -> N
         got[len(seen) - 1].set()
         return False
 
-    async with aiohttp_engine(_stream_engine(got)) as port, open_pool() as pool:
+    async with aiohttp_engine(lockstep_stream(PIECES, got)) as port, open_pool() as pool:
         response = await pool.post(
             f"http://127.0.0.1:{port}/v1/completions", HEAD, BODY, reuse=True
         )
@@ -85,7 +67,7 @@ async def test_a_sink_that_says_stop_ends_the_wait_and_gets_no_more() -> None:
             got[len(seen) - 1].set()
         return len(seen) == 2
 
-    async with aiohttp_engine(_stream_engine(got)) as port, open_pool() as pool:
+    async with aiohttp_engine(lockstep_stream(PIECES, got)) as port, open_pool() as pool:
         response = await pool.post(
             f"http://127.0.0.1:{port}/v1/completions", HEAD, BODY, reuse=True
         )
@@ -104,7 +86,7 @@ async def test_what_a_sink_raises_is_raised_by_consume() -> None:
     def sink(data: bytes) -> bool:
         raise ValueError("sink broke")
 
-    async with aiohttp_engine(_stream_engine(got)) as port, open_pool() as pool:
+    async with aiohttp_engine(lockstep_stream(PIECES, got)) as port, open_pool() as pool:
         response = await pool.post(
             f"http://127.0.0.1:{port}/v1/completions", HEAD, BODY, reuse=True
         )
