@@ -350,12 +350,14 @@ def batch_state(live: Stack, batch_id: str) -> dict[str, object]:
 def test_a_full_disk_refuses_uploads_and_batches_resume_by_themselves(
     tmp_path: Path, logs: Logs
 ) -> None:
-    """The SQLite database on a 3 MiB tmpfs, a batch running: the disk fills (another file
+    """The SQLite database on a 16 MiB tmpfs, a batch running: the disk fills (another file
     takes the rest). An upload answers 507 ``storage_full`` in OpenAI's shape with
     ``Retry-After``; the runner logs ``batch storage full`` once (no traceback, however many
     ticks fail); once the file is deleted it logs its recovery once and the batch completes
     by itself, one output line per input line."""
-    with small_disk(tmp_path / "disk") as disk:
+    # Room for SQLite's log between checkpoints (1,000 pages, 4 MiB): on a smaller disk the
+    # log alone fills it again after the file is deleted, and the batch stalls (seen on 3 MiB).
+    with small_disk(tmp_path / "disk", size="16m") as disk:
         body = (
             TENANTS + f"batches:\n  path: {disk / 'batches.db'}\n  poll_interval_s: 0.1\n"
             "  max_inflight: 2\n"
