@@ -181,7 +181,8 @@ def targets_grid(measured: Sequence[Measured]) -> Grid:
 
 
 def floor_grid(measured: Sequence[Measured]) -> Grid:
-    """Issue 33's bars for every sluicegate target, in front of the tiny upstream."""
+    """Issue 33's bars for every sluicegate target, in front of the tiny upstream (no rows
+    when it was not measured)."""
     rows = []
     for m in measured:
         if m.stack.upstream != "fake":
@@ -283,8 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                 for log in sorted(log_dir.glob("*.log")):
                     console.print(f"[red]{log.name}[/red]\n{log.read_text()[-2000:]}")
                 raise
-    floor = floor_grid(measured)
-    grids = [floor, targets_grid(measured)] if floor[2] else [targets_grid(measured)]
+    grids = [grid for grid in (floor_grid(measured), targets_grid(measured)) if grid[2]]
     for m in measured:
         grids += [summary_grid(m), fixed_grid(m), ceiling_grid(m)]
     steps = [

@@ -3,7 +3,7 @@
 A request that may be preempted with ``abort`` is sent to the engine as a stream and
 its answer rebuilt, so that its text so far survives a preemption; that costs CPU per
 request (docs/BENCHMARKS.md, issue 33). Whether it could be preempted is decided per
-request (``GatewayState.ever_preemptible``): by its lane's rule, its priority, and
+request (``GatewayState.streams_to_keep_text``): by its lane's rule, its priority, and
 whether any tenant may ask for a more important one. Under priority tiers only 4–5
 qualify: 0–1 are never preempted, and a non-streamed 2–3 finishes (its rule waits for
 80% of its answer). A real gateway in front of a real engine on loopback that records

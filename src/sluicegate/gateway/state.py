@@ -9,8 +9,8 @@ from collections.abc import Collection, Mapping, Sequence
 from sluicegate.config import Config
 from sluicegate.core.preemption import ever_preemptible
 from sluicegate.core.scheduler import Scheduler
-from sluicegate.core.spec import ModelSpec, TenantSpec
-from sluicegate.core.ticket import MAX_PRIORITY, BackendStats
+from sluicegate.core.spec import LaneSpec, ModelSpec, TenantSpec
+from sluicegate.core.ticket import MAX_PRIORITY, MIN_PRIORITY, BackendStats
 from sluicegate.gateway.asyncio_driver import SchedulerDriver
 from sluicegate.gateway.clock import Clock, wall_anchored_clock
 from sluicegate.gateway.distributed.distributed_metrics import StoreMetrics
@@ -61,10 +61,12 @@ class GatewayState:
         self._tenants: dict[str, TenantSpec] = {t.name: t for t in config.scheduler_spec().tenants}
         self._default_tenant = TenantSpec(name=ANONYMOUS)
         senders = list(self._tenants.values()) + ([] if keys else [self._default_tenant])
-        self._most_important = {
-            model.name: _most_important(model, senders) for model in config.models
+        self._keeps_text = {
+            (model.name, lane.name, priority): _keeps_text(model, lane, priority, senders)
+            for model in config.models
+            for lane in model.lanes
+            for priority in range(MIN_PRIORITY, MAX_PRIORITY + 1)
         }
-        self._exposed: dict[tuple[str, str, int], bool] = {}
         self._urls = {
             (model.name, backend.name): (backend.url or "").rstrip("/")
             for model in config.models
@@ -146,20 +148,11 @@ class GatewayState:
         own ``llama-server`` keeps them)."""
         return self._engines[(model, backend)] != "llamacpp"
 
-    def ever_preemptible(self, model: str, lane: str, priority: int) -> bool:
-        """Whether a non-streamed ticket of ``priority`` in ``lane`` of ``model`` could
-        ever be preempted, by the lane's rule and the priorities the tenants may ask for
-        (``core.preemption.ever_preemptible``)."""
-        key = (model, lane, priority)
-        exposed = self._exposed.get(key)
-        if exposed is None:
-            spec = self.models[model]
-            most_important = self._most_important[model]
-            exposed = ever_preemptible(
-                spec, spec.lane(lane), priority, most_important, streaming=False
-            )
-            self._exposed[key] = exposed
-        return exposed
+    def streams_to_keep_text(self, model: str, lane: str, priority: int) -> bool:
+        """Whether a non-streamed ticket of ``priority`` in ``lane`` of ``model`` goes
+        upstream as a stream so that a preemption keeps its text: its lane aborts, and it
+        could ever be preempted (``core.preemption.ever_preemptible``)."""
+        return self._keeps_text[(model, lane, priority)]
 
     def streams_unary(self, model: str, backend: str) -> bool:
         """Whether non-streamed requests go to a backend as streams (``STREAMED_UPSTREAM``)."""
@@ -170,11 +163,17 @@ class GatewayState:
         return self._urls[(model, backend)]
 
 
-def _most_important(model: ModelSpec, senders: Sequence[TenantSpec]) -> int:
-    """The most important priority a ticket of ``model`` can have: the lowest
-    ``max_priority`` of the tenants that may use one of its lanes."""
-    lanes = {lane.name for lane in model.lanes}
-    return min(
+def _keeps_text(
+    model: ModelSpec, lane: LaneSpec, priority: int, senders: Sequence[TenantSpec]
+) -> bool:
+    """``GatewayState.streams_to_keep_text`` for one (model, lane, priority); ``senders``:
+    the tenants that may send (the anonymous one in an open gateway). The most important
+    priority a ticket of ``model`` can have is the lowest ``max_priority`` of those that
+    may use one of its lanes."""
+    if lane.preempt_action != "abort":
+        return False
+    lanes = {other.name for other in model.lanes}
+    most_important = min(
         (
             tenant.max_priority
             for tenant in senders
@@ -182,6 +181,7 @@ def _most_important(model: ModelSpec, senders: Sequence[TenantSpec]) -> int:
         ),
         default=MAX_PRIORITY,
     )
+    return ever_preemptible(model, lane, priority, most_important, streaming=False)
 
 
 def _store_link(

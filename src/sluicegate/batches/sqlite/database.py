@@ -131,12 +131,7 @@ class Database:
         if self.path.parent and not self.path.parent.exists():
             raise FileNotFoundError(f"batches.path: directory {self.path.parent} does not exist")
         private_file(self.path)
-        # isolation_level=None: transactions are opened explicitly (BEGIN IMMEDIATE).
-        self.conn = sqlite3.connect(
-            self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
-        )
-        self.conn.row_factory = sqlite3.Row
-        self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        self.conn = _connect(str(self.path))
         mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if mode != "wal":
             raise OSError(f"batches.path: {self.path} cannot use SQLite's WAL mode ({mode})")
@@ -193,14 +188,25 @@ class Reader(Database):
     reads see every committed write and never wait for one in progress, nor for the disk
     (SQLite refuses its ``write``)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database) -> None:  # no super(): the file is open already
         self.path = db.path
-        uri = f"{db.path.resolve().as_uri()}?mode=ro"
-        self.conn = sqlite3.connect(
-            uri, uri=True, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
-        )
-        self.conn.row_factory = sqlite3.Row
-        self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        self.conn = _connect(f"{db.path.resolve().as_uri()}?mode=ro", uri=True)
+
+
+def _connect(target: str, *, uri: bool = False) -> sqlite3.Connection:
+    """A connection usable from any one thread at a time, rows by name, waiting up to
+    ``BUSY_TIMEOUT_MS`` for another writer; transactions only where opened explicitly
+    (``BEGIN IMMEDIATE``)."""
+    conn = sqlite3.connect(
+        target,
+        uri=uri,
+        isolation_level=None,
+        check_same_thread=False,
+        timeout=BUSY_TIMEOUT_MS / 1000,
+    )
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    return conn
 
 
 def insert(conn: sqlite3.Connection, table: str, row: Mapping[str, object]) -> None:

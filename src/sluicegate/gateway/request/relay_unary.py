@@ -9,7 +9,7 @@ engine's real error).
 
 A request is sent upstream as a stream and reassembled (``assemble.py``) when
 it could ever be preempted with ``abort`` (its lane's rule allows it and some
-ticket of the model could be chosen over it: ``GatewayState.ever_preemptible``),
+ticket of the model could be chosen over it: ``GatewayState.streams_to_keep_text``),
 so that the text so far survives, and when its backend is llama.cpp, so that a
 client that leaves stops the engine; unless it uses fields the assembler does
 not merge. The stream's reads are fed to the assembler as they arrive, on the
@@ -68,10 +68,7 @@ class UnaryRelay(Relay):
         assert admit is not None
         if self.state.streams_unary(ticket.model, admit.backend):
             return True
-        lane = self.state.models[ticket.model].lane(ticket.lane)
-        return lane.preempt_action == "abort" and self.state.ever_preemptible(
-            ticket.model, ticket.lane, ticket.priority
-        )
+        return self.state.streams_to_keep_text(ticket.model, ticket.lane, ticket.priority)
 
     async def _attempt(self, exchange: Exchange, body: bytes) -> bytes | None:
         """One upstream request with ``body``; the next attempt's body, or ``None``."""
@@ -177,10 +174,9 @@ class UnaryRelay(Relay):
             await response.consume(piece)
         except UpstreamError as exc:
             raise answer_error(exc) from exc
-        received = response.received
         if assembler.overflowed:
             raise GatewayError(502, "upstream_event_too_large", EVENT_TOO_LARGE)
-        if received == 0:
+        if response.received == 0:
             return None
         assembler.close()
         if assembler.error:
