@@ -23,7 +23,7 @@ NAME = re.compile(r"[\w.]+(\.py|/)")
 # what stands on a lower level (or itself). ``errors`` imports nothing.
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors"}),
-    frozenset({"core", "engine", "outcomes"}),
+    frozenset({"core", "engine", "engine_profiles", "outcomes"}),
     frozenset({"store", "emulator", "planner"}),
     frozenset({"batches"}),
     frozenset({"config_pressure"}),

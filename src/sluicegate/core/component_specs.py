@@ -21,18 +21,32 @@ class FrozenSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-# ``llamacpp`` is llama-cpp-python's server, ``llama-server`` llama.cpp's own.
-EngineKind = Literal["vllm", "sglang", "llamacpp", "llama-server", "tgi", "trtllm", "emulator"]
+EngineKind = Literal[
+    "vllm", "sglang", "tgi", "trtllm", "llama-server", "llamacpp", "ray-serve", "emulator"
+]
+"""The engines that have a profile (``sluicegate.engine_profiles.PROFILES``, the same set:
+``tests/engines`` holds them equal)."""
 
 
 class BackendSpec(FrozenSpec):
-    """One engine replica serving a model."""
+    """One engine replica serving a model.
+
+    ``engine`` names its profile (``sluicegate.engine_profiles``): the metrics, endpoints,
+    error shapes and quirks the gateway expects of it (``llamacpp`` is llama-cpp-python's
+    server, ``llama-server`` llama.cpp's own). ``metrics_url``: where its Prometheus
+    text is when not at the profile's path on ``url`` (Triton and Ray Serve export on a
+    port of their own). ``priority_passthrough``: add the engine's priority field to
+    each request from its sluicegate priority, for an engine started with its priority
+    scheduler (``config.py`` refuses it for an engine that has none).
+    """
 
     name: str = Field(min_length=1)
     url: str | None = None
     weight: float = Field(1.0, gt=0.0, le=1000.0)
     max_concurrency: int | None = Field(None, ge=1)
     engine: EngineKind = "vllm"
+    metrics_url: str | None = Field(None, pattern=r"^https?://")
+    priority_passthrough: bool = False
 
 
 class AdaptiveSpec(FrozenSpec):
