@@ -191,12 +191,19 @@ def emulate(
     model: Annotated[str, typer.Option(help="model name it serves")] = "emulated",
     max_num_seqs: Annotated[int | None, typer.Option(help="override the preset's batch")] = None,
     seed: Annotated[int, typer.Option(help="seed of output lengths and text")] = 0,
+    personality: Annotated[
+        str, typer.Option(help="the engine it looks like: vllm, sglang, tgi, trtllm, llama-server")
+    ] = "vllm",
 ) -> None:
-    """Serve an emulated continuous-batching engine over the OpenAI API (vLLM metric names)."""
+    """Serve an emulated continuous-batching engine over the OpenAI API, with the metric
+    names, endpoints and error shapes of the engine ``--personality`` names."""
     from sluicegate.emulator import serve as run_emulator
 
     try:
-        run_emulator(host, port, preset=preset, model=model, max_num_seqs=max_num_seqs, seed=seed)
+        run_emulator(
+            host, port, preset=preset, model=model, max_num_seqs=max_num_seqs, seed=seed,
+            persona=personality,
+        )  # fmt: skip
     except (KeyError, ValueError) as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(1) from None

@@ -185,7 +185,7 @@ def exported_series() -> frozenset[str]:
     ``_created``).
     """
     from sluicegate.config import parse_config
-    from sluicegate.emulator.vllm_metrics import EmulatorMetrics
+    from sluicegate.emulator.personalities.vllm_metrics import EmulatorMetrics
     from sluicegate.engine import Engine, preset
     from sluicegate.gateway.distributed.siblings import worker_up_family
     from sluicegate.gateway.state import GatewayState

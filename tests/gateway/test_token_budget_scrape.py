@@ -5,13 +5,15 @@ from __future__ import annotations
 import pytest
 
 from sluicegate.core.spec import KV_WATERMARK
-from sluicegate.emulator.vllm_metrics import EmulatorMetrics
+from sluicegate.emulator.personalities.vllm_metrics import EmulatorMetrics
 from sluicegate.engine import Engine, preset
+from sluicegate.engine_profiles import profile
 from sluicegate.gateway.ops.scrape import parse_engine_metrics, stats_from
 from tests.gateway.gateway_harness import model_state, stack, wait_until
 
 TINY_KV = preset("tiny").num_blocks * preset("tiny").block_size  # 32,768
 FAST = "server: {scrape_interval_s: 0.05}\n"
+VLLM = profile("vllm")
 
 # As vLLM v1 renders it: every CacheConfig field is a label (abridged).
 VLLM_INFO = """# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
@@ -28,14 +30,14 @@ swap_space="4"} 1.0
 def test_cache_config_info_gives_capacity(blocks: str, capacity: int | None) -> None:
     """``num_gpu_blocks × block_size`` becomes ``kv_capacity_tokens``; an unknown (vLLM's
     ``"None"`` before profiling), zero or malformed block count leaves it unknown."""
-    stats = stats_from("m", "b", parse_engine_metrics(VLLM_INFO % blocks))
+    stats = stats_from("m", "b", parse_engine_metrics(VLLM, VLLM_INFO % blocks))
     assert stats.kv_capacity_tokens == capacity
 
 
 def test_scrape_without_cache_config_leaves_capacity_unknown() -> None:
     """An engine that does not expose the cache configuration reports no capacity."""
-    text = "# TYPE sglang:token_usage gauge\nsglang:token_usage 0.5\n"
-    stats = stats_from("m", "b", parse_engine_metrics(text))
+    text = "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc 0.5\n"
+    stats = stats_from("m", "b", parse_engine_metrics(VLLM, text))
     assert stats.kv_capacity_tokens is None
     assert stats.kv_cache_usage == 0.5
 
@@ -62,7 +64,9 @@ def test_configured_budget_is_not_replaced(setting: str, budget: int | None) -> 
 def test_emulator_of_independent_servers_reports_no_cache_config() -> None:
     """The emulator publishes ``vllm:cache_config_info`` only for an engine with a shared KV
     cache: the ``tiny`` preset's 2,048 blocks of 16, nothing for ``independent``."""
-    tiny = parse_engine_metrics(EmulatorMetrics("m", Engine(preset("tiny"))).render().decode())
+    tiny = parse_engine_metrics(
+        VLLM, EmulatorMetrics("m", Engine(preset("tiny"))).render().decode()
+    )
     assert stats_from("m", "b", tiny).kv_capacity_tokens == TINY_KV == 32_768
     text = EmulatorMetrics("m", Engine(preset("independent"))).render().decode()
-    assert stats_from("m", "b", parse_engine_metrics(text)).kv_capacity_tokens is None
+    assert stats_from("m", "b", parse_engine_metrics(VLLM, text)).kv_capacity_tokens is None

@@ -21,20 +21,26 @@ class BackendState:
         num_requests_running: the engine's running batch, if scraped.
         probe_healthy: the last active health probe's verdict.
         circuit: passive health from request outcomes.
+        metrics_at: when the engine's metrics were last scraped well (None: never).
+        stale_after_s: how old they may get before the backend counts as full.
     """
 
     __slots__ = (
         "circuit",
         "inflight",
         "kv_cache_usage",
+        "metrics_at",
         "num_requests_running",
         "num_requests_waiting",
         "predicted_work_s",
         "probe_healthy",
         "spec",
+        "stale_after_s",
     )
 
-    def __init__(self, spec: BackendSpec, circuit: CircuitBreaker) -> None:
+    def __init__(
+        self, spec: BackendSpec, circuit: CircuitBreaker, stale_after_s: float | None = None
+    ) -> None:
         self.spec = spec
         self.circuit = circuit
         self.inflight = 0
@@ -43,6 +49,8 @@ class BackendState:
         self.num_requests_waiting: int | None = None
         self.num_requests_running: int | None = None
         self.probe_healthy = True
+        self.metrics_at: float | None = None
+        self.stale_after_s = stale_after_s
 
     @property
     def name(self) -> str:
@@ -58,13 +66,23 @@ class BackendState:
         """
         return self.probe_healthy and self.circuit.state_at(now) is not CircuitState.OPEN
 
+    def metrics_stale(self, now: float) -> bool:
+        """Whether the engine's metrics, once scraped, have gone unrefreshed for longer
+        than ``stale_after_s``: a failing scrape or a wedged engine, whose last numbers
+        no longer say anything. An engine never scraped is not stale, only unknown."""
+        at, bound = self.metrics_at, self.stale_after_s
+        return at is not None and bound is not None and now - at > bound
+
     def available(self, now: float, units: int = 1) -> bool:
         """Healthy, with room under its own cap for ``units`` more (an idle backend
-        always has room), and not holding a half-open circuit's probe: a router may
-        send it a request of ``units`` now."""
+        always has room), metrics not stale (a stale backend counts as full), and not
+        holding a half-open circuit's probe: a router may send it a request of ``units``
+        now."""
         cap = self.spec.max_concurrency
         inflight = self.inflight
         if (cap is not None and inflight and inflight + units > cap) or not self.probe_healthy:
+            return False
+        if self.metrics_at is not None and self.metrics_stale(now):
             return False
         return self.circuit.allows(now)
 

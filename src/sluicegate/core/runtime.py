@@ -113,6 +113,7 @@ class ModelRuntime:
             BackendState(
                 backend,
                 CircuitBreaker(failures=spec.circuit_failures, cooldown_s=spec.circuit_cooldown_s),
+                spec.metrics_stale_after_s,
             )
             for backend in spec.backends
         ]
@@ -161,8 +162,11 @@ class ModelRuntime:
 
     def observe(self, stats: BackendStats, now: float) -> None:
         """Record a health probe or metrics scrape of one backend: its health, queue
-        counts and KV cache use (which an adaptive ``kv_cache`` limit follows)."""
+        counts and KV cache use (which an adaptive ``kv_cache`` limit follows, a stale
+        backend's read as full)."""
         backend = self.backend(stats.backend)
+        if stats.scraped:
+            backend.metrics_at = now
         if stats.healthy is not None:
             backend.probe_healthy = stats.healthy
         backend.circuit.advance(now)
@@ -175,7 +179,11 @@ class ModelRuntime:
         if stats.kv_cache_usage is not None:
             backend.kv_cache_usage = stats.kv_cache_usage
             if self.limit is not None:
-                readings = [b.kv_cache_usage for b in self.backends if b.kv_cache_usage is not None]
+                readings = [
+                    1.0 if b.metrics_stale(now) else b.kv_cache_usage
+                    for b in self.backends
+                    if b.kv_cache_usage is not None
+                ]
                 self.limit.on_kv_usage(sum(readings) / len(readings), inflight=self.running)
 
     def set_kv_capacity(self, backend: str, tokens: int) -> None:

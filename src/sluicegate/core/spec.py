@@ -179,6 +179,13 @@ class ModelSpec(FrozenSpec):
     preempt_slack_s: float = Field(
         0.0, ge=0.0, description="preempt when a waiter's slack falls below this"
     )
+    metrics_stale_after_s: float | None = Field(
+        10.0,
+        gt=0.0,
+        le=86_400.0,
+        description="a backend whose last good metrics scrape is older than this counts as "
+        "full (no new request) until one succeeds; null: never",
+    )
     wait_for_backends: bool = Field(
         False,
         description="queue requests while no backend is healthy (an engine scaling from zero)"

@@ -132,7 +132,8 @@ class BackendStats:
 
     Any field left ``None`` is unknown and leaves the previous value in place.
     ``kv_capacity_tokens`` is the engine's KV-cache size in tokens (for an
-    ``auto`` in-flight token budget).
+    ``auto`` in-flight token budget). ``scraped``: the observation carries a good
+    metrics scrape, which restarts the backend's staleness clock.
     """
 
     model: str
@@ -142,3 +143,4 @@ class BackendStats:
     num_requests_running: int | None = None
     num_requests_waiting: int | None = None
     kv_capacity_tokens: int | None = None
+    scraped: bool = False

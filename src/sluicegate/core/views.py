@@ -37,7 +37,9 @@ class BackendView:
     """One backend: own in-flight count, health and what its engine last reported.
 
     ``healthy`` is whether it takes traffic at the view's time (``BackendState.healthy``);
-    ``circuit`` is the circuit's state at that time.
+    ``circuit`` is the circuit's state at that time. ``metrics_age_s``: seconds since its
+    engine's metrics were last scraped well (None: never); ``metrics_stale``: too long
+    (``ModelSpec.metrics_stale_after_s``), so it counts as full.
     """
 
     name: str
@@ -48,6 +50,8 @@ class BackendView:
     kv_cache_usage: float | None
     num_requests_waiting: int | None
     num_requests_running: int | None
+    metrics_age_s: float | None
+    metrics_stale: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +107,8 @@ def view_model(model: ModelRuntime, now: float) -> ModelView:
                 kv_cache_usage=backend.kv_cache_usage,
                 num_requests_waiting=backend.num_requests_waiting,
                 num_requests_running=backend.num_requests_running,
+                metrics_age_s=None if backend.metrics_at is None else now - backend.metrics_at,
+                metrics_stale=backend.metrics_stale(now),
             )
             for backend in model.backends
         ),

@@ -8,10 +8,10 @@ metric names, so the gateway treats the emulator exactly as a vLLM backend.
 
 from __future__ import annotations
 
+from sluicegate.emulator.personalities.vllm_metrics import EmulatorMetrics
 from sluicegate.emulator.runner import EngineRunner, FinishReason, RequestStream, RunnerStats
 from sluicegate.emulator.server import build_app, serve
 from sluicegate.emulator.text import FakeText
-from sluicegate.emulator.vllm_metrics import EmulatorMetrics
 
 __all__ = [
     "EmulatorMetrics",

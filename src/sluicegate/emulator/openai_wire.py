@@ -19,7 +19,7 @@ _T = TypeVar("_T")
 
 
 class ApiError(SluicegateError):
-    """A request the API refuses; rendered as OpenAI's ``{"error": {...}}`` body.
+    """A request the API refuses; rendered in the personality's error shape.
 
     Args:
         status: HTTP status.
@@ -34,18 +34,6 @@ class ApiError(SluicegateError):
         self.message = message
         self.code = code
         self.param = param
-
-
-def error_body(error: ApiError) -> dict[str, dict[str, str | None]]:
-    """OpenAI's error shape for ``error``."""
-    return {
-        "error": {
-            "message": error.message,
-            "type": "invalid_request_error",
-            "code": error.code,
-            "param": error.param,
-        }
-    }
 
 
 @dataclass(frozen=True, slots=True)

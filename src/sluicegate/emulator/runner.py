@@ -18,8 +18,8 @@ import logging
 from dataclasses import dataclass
 from enum import StrEnum
 
+from sluicegate.emulator.personalities.personality import EngineMetrics
 from sluicegate.emulator.text import FakeText
-from sluicegate.emulator.vllm_metrics import EmulatorMetrics
 from sluicegate.engine import Engine, StepResult
 
 # Step starts are chained to the modelled timeline (t_{k+1} = t_k + duration_k)
@@ -150,7 +150,7 @@ class EngineRunner:
         seed: seeds each request's fake text (with its id).
     """
 
-    def __init__(self, engine: Engine, metrics: EmulatorMetrics, *, seed: int = 0) -> None:
+    def __init__(self, engine: Engine, metrics: EngineMetrics, *, seed: int = 0) -> None:
         self._engine = engine
         self._metrics = metrics
         self._seed = seed

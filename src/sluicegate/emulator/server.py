@@ -1,8 +1,10 @@
 """The emulator's HTTP face: an OpenAI-compatible API over the real-time engine.
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``,
-``POST /v1/embeddings`` (``embeddings.py``), ``GET /v1/models``, ``GET /health``,
-``GET /metrics`` (vLLM names) and ``GET /emulator/stats`` (JSON, for tests and demos).
+``POST /v1/embeddings`` (``embeddings.py``), ``GET /v1/models``, the health and metrics
+paths and any documents of its personality (``personalities/``: vLLM by default, or
+SGLang, TGI, TensorRT-LLM, llama-server: their metric names, endpoints, error shapes and
+stream quirks), and ``GET /emulator/stats`` (JSON, for tests and demos).
 
 Prompt size: there is no tokenizer, so a prompt of ``c`` characters counts as
 ``max(1, ceil(c / 4))`` tokens (OpenAI's rule of thumb for English); for chat,
@@ -23,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import orjson
@@ -32,24 +34,18 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from sluicegate.emulator.embeddings import embeddings_body, parse_embeddings
-from sluicegate.emulator.openai_wire import (
-    ApiError,
-    OpenAIShape,
-    error_body,
-    parse_request,
-)
+from sluicegate.emulator.event_stream import EventStreamResponse, on_disconnect
+from sluicegate.emulator.openai_wire import ApiError, OpenAIShape, parse_request
+from sluicegate.emulator.personalities import EngineMetrics, JsonDocument, Personality, personality
 from sluicegate.emulator.runner import (
     ChoiceEvents,
     EngineRunner,
     Finish,
     FinishReason,
     RequestStream,
-    Token,
 )
-from sluicegate.emulator.vllm_metrics import CONTENT_TYPE, EmulatorMetrics
 from sluicegate.engine import Engine, EngineConfig
 from sluicegate.engine.presets import preset as engine_preset
 
@@ -58,94 +54,20 @@ def _json(payload: object, status: int = 200) -> Response:
     return Response(orjson.dumps(payload), status_code=status, media_type="application/json")
 
 
-def _sse(payload: object) -> bytes:
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
-
-
-async def _on_disconnect(receive: Receive, callback: Callable[[], object]) -> None:
-    """Wait for the client to go away (ASGI ``http.disconnect``), then call ``callback``."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    callback()
-
-
-class _EventStreamResponse(Response):
-    """Streams one request's tokens as OpenAI SSE chunks; aborts it if the client leaves.
-
-    The stream runs in ``__call__`` itself (no async generator), so its
-    ``finally`` runs however it ends: finished, client gone, or task cancelled.
-    """
-
-    media_type = "text/event-stream"
-
-    def __init__(
-        self,
-        runner: EngineRunner,
-        streams: list[RequestStream],
-        shape: OpenAIShape,
-        include_usage: bool,
-    ) -> None:
-        self.status_code = 200
-        self.background = None
-        self.init_headers({"cache-control": "no-cache"})
-        self._runner = runner
-        self._streams = streams
-        self._shape = shape
-        self._include_usage = include_usage
-
-    def _abort(self) -> None:
-        for stream in self._streams:
-            self._runner.abort(stream.req_id)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Send headers at once, then one ``data:`` event per token as the engine emits it."""
-        watcher = asyncio.create_task(_on_disconnect(receive, self._abort))
-        choices = ChoiceEvents(self._streams)
-        try:
-            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            await self._send_events(send, choices)
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except OSError:
-            pass  # ASGI 2.4 servers raise on send after a disconnect; finally aborts
-        finally:
-            watcher.cancel()
-            choices.close()
-            self._abort()
-
-    async def _send_events(self, send: Send, choices: ChoiceEvents) -> None:
-        streams, shape = self._streams, self._shape
-        started: set[int] = set()
-        running = len(streams)
-        while True:
-            index, event = await choices.next()
-            if isinstance(event, Token):
-                first = index not in started
-                started.add(index)
-                chunk = _sse(shape.chunk(event.text, first=first, index=index))
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                continue
-            if event.reason is FinishReason.ABORT:
-                return  # the client left or the server is stopping: no [DONE]
-            tail = _sse(shape.finish_chunk(event.reason, index))
-            running -= 1
-            if not running:
-                if self._include_usage:
-                    completion = sum(stream.completion_tokens for stream in streams)
-                    tail += _sse(shape.usage_chunk(streams[0].prompt_tokens, completion))
-                tail += b"data: [DONE]\n\n"
-            await send({"type": "http.response.body", "body": tail, "more_body": True})
-            if not running:
-                return
-
-
 class _EmulatorApi:
     """The route handlers, bound to one engine runner and its metrics."""
 
     def __init__(
-        self, runner: EngineRunner, metrics: EmulatorMetrics, model: str, max_model_len: int
+        self,
+        runner: EngineRunner,
+        metrics: EngineMetrics,
+        model: str,
+        max_model_len: int,
+        persona: Personality,
     ) -> None:
         self._runner = runner
         self._metrics = metrics
+        self._persona = persona
         self._model = model
         self._max_model_len = max_model_len
         self._created = int(time.time())
@@ -171,13 +93,13 @@ class _EmulatorApi:
         except ApiError as exc:
             for stream in streams:
                 self._runner.abort(stream.req_id)
-            return _json(error_body(exc), exc.status)
+            return self._error(exc)
 
         def abort_all() -> None:
             for stream in streams:
                 self._runner.abort(stream.req_id)
 
-        watcher = asyncio.create_task(_on_disconnect(request.receive, abort_all))
+        watcher = asyncio.create_task(on_disconnect(request.receive, abort_all))
         try:
             for stream in streams:
                 while not isinstance(event := await stream.next_event(), Finish):
@@ -200,12 +122,17 @@ class _EmulatorApi:
         return _json({"object": "list", "data": [card]})
 
     async def health(self, request: Request) -> Response:
-        """``GET /health``: 200 while the process serves."""
+        """The personality's health path: 200 while the process serves."""
         return Response(status_code=200)
 
     async def metrics(self, request: Request) -> Response:
-        """``GET /metrics``: Prometheus text exposition with vLLM's metric names."""
-        return Response(self._metrics.render(), media_type=CONTENT_TYPE)
+        """The personality's metrics path: Prometheus text with its engine's names."""
+        return Response(self._metrics.render(), media_type=self._metrics.content_type)
+
+    def _error(self, exc: ApiError) -> Response:
+        """A refusal in the personality's own error shape."""
+        body = self._persona.error_body(exc.status, exc.message, exc.code, exc.param)
+        return _json(body, exc.status)
 
     async def stats(self, request: Request) -> Response:
         """``GET /emulator/stats``: engine state and request counters as JSON."""
@@ -229,13 +156,15 @@ class _EmulatorApi:
         except ApiError as exc:
             for stream in streams:
                 self._runner.abort(stream.req_id)
-            return _json(error_body(exc), exc.status)
+            return self._error(exc)
         shape = OpenAIShape(
             chat=chat, resp_id=("chatcmpl-" if chat else "cmpl-") + req_id,
             model=self._model, created=int(time.time()),
         )  # fmt: skip
         if parsed.stream:
-            return _EventStreamResponse(self._runner, streams, shape, parsed.include_usage)
+            return EventStreamResponse(
+                self._runner, streams, shape, parsed.include_usage, self._persona.keepalive_s
+            )
         answers = await self._collect(request, streams)
         if answers is None:
             return Response(status_code=499)  # nobody is listening any more
@@ -277,7 +206,7 @@ class _EmulatorApi:
             for stream in streams:
                 self._runner.abort(stream.req_id)
 
-        watcher = asyncio.create_task(_on_disconnect(request.receive, abort_all))
+        watcher = asyncio.create_task(on_disconnect(request.receive, abort_all))
         texts: list[list[str]] = [[] for _ in streams]
         reasons: list[str] = ["" for _ in streams]
         choices = ChoiceEvents(streams)
@@ -298,18 +227,32 @@ class _EmulatorApi:
             abort_all()
 
 
-def build_app(config: EngineConfig, *, model: str, seed: int = 0) -> Starlette:
+def _document(build: JsonDocument) -> Callable[[Request], Awaitable[Response]]:
+    async def answer(request: Request) -> Response:
+        return _json(build())
+
+    return answer
+
+
+def build_app(
+    config: EngineConfig, *, model: str, seed: int = 0, persona: str = "vllm"
+) -> Starlette:
     """The emulator as an ASGI app: one engine, stepped in real time while the app runs.
 
     Args:
         config: the engine to emulate (see ``sluicegate.engine.presets``).
         model: the model name served (requests naming another get 404).
         seed: seeds output lengths and fake text; same seed and ids, same responses.
+        persona: the engine it looks like (``personalities.PERSONALITIES``).
+
+    Raises:
+        KeyError: unknown personality.
     """
+    played = personality(persona)
     engine = Engine(config, seed=seed)
-    metrics = EmulatorMetrics(model, engine)
+    metrics = played.metrics(model, engine)
     runner = EngineRunner(engine, metrics, seed=seed)
-    api = _EmulatorApi(runner, metrics, model, config.num_blocks * config.block_size)
+    api = _EmulatorApi(runner, metrics, model, config.num_blocks * config.block_size, played)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -324,9 +267,13 @@ def build_app(config: EngineConfig, *, model: str, seed: int = 0) -> Starlette:
         Route("/v1/completions", api.completions, methods=["POST"]),
         Route("/v1/embeddings", api.embeddings, methods=["POST"]),
         Route("/v1/models", api.models, methods=["GET"]),
-        Route("/health", api.health, methods=["GET"]),
-        Route("/metrics", api.metrics, methods=["GET"]),
+        Route(played.health_path, api.health, methods=["GET"]),
+        Route(played.metrics_path, api.metrics, methods=["GET"]),
         Route("/emulator/stats", api.stats, methods=["GET"]),
+        *(
+            Route(path, _document(build), methods=["GET"])
+            for path, build in played.documents(model, engine).items()
+        ),
     ]
     return Starlette(routes=routes, lifespan=lifespan)
 
@@ -339,6 +286,7 @@ def serve(
     model: str,
     max_num_seqs: int | None = None,
     seed: int = 0,
+    persona: str = "vllm",
 ) -> None:
     """Serve an engine preset over the OpenAI API until interrupted (``sluicegate emulate``).
 
@@ -349,15 +297,16 @@ def serve(
         model: the model name to serve.
         max_num_seqs: overrides the preset's running-batch size.
         seed: seeds output lengths and fake text.
+        persona: the engine it looks like (``personalities.PERSONALITIES``).
 
     Raises:
-        KeyError: unknown preset.
+        KeyError: unknown preset or personality.
         ValueError: ``max_num_seqs`` out of range.
     """
     config = engine_preset(preset)
     if max_num_seqs is not None:
         config = dataclasses.replace(config, max_num_seqs=max_num_seqs)
-    app = build_app(config, model=model, seed=seed)
+    app = build_app(config, model=model, seed=seed, persona=persona)
     uvicorn.run(
         app, host=host, port=port, loop="uvloop", http="httptools", ws="none",
         log_level="warning", access_log=False,

@@ -11,6 +11,7 @@ from sluicegate.core.preemption import ever_preemptible
 from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.spec import LaneSpec, ModelSpec, TenantSpec
 from sluicegate.core.ticket import MAX_PRIORITY, MIN_PRIORITY, BackendStats
+from sluicegate.engine_profiles import EngineProfile, profile
 from sluicegate.gateway.asyncio_driver import SchedulerDriver
 from sluicegate.gateway.clock import Clock, wall_anchored_clock
 from sluicegate.gateway.distributed.distributed_metrics import StoreMetrics
@@ -25,12 +26,6 @@ from sluicegate.store.keys import default_replica_id
 from sluicegate.store.redis_store import RedisStore
 
 ANONYMOUS = "anonymous"
-# Engines that keep generating a non-streamed request after its client has left: the gateway
-# sends them non-streamed requests as streams and reassembles the answer, so that leaving
-# stops them. llama-cpp-python notices a departed client only when writing to it fails;
-# llama-server looks only after a second without a result for any request, which a busy
-# engine seldom has (tests/realengine/test_llama_server_slots.py).
-STREAMED_UPSTREAM = frozenset({"llamacpp", "llama-server"})
 
 
 class GatewayState:
@@ -72,8 +67,8 @@ class GatewayState:
             for model in config.models
             for backend in model.backends
         }
-        self._engines = {
-            (model.name, backend.name): backend.engine
+        self._profiles = {
+            (model.name, backend.name): profile(backend.engine)
             for model in config.models
             for backend in model.backends
         }
@@ -142,11 +137,14 @@ class GatewayState:
         """The tenant's scheduling settings (defaults for the anonymous tenant)."""
         return self._tenants.get(tenant, self._default_tenant)
 
+    def profile(self, model: str, backend: str) -> EngineProfile:
+        """The profile of a backend's engine (``sluicegate.engine_profiles``)."""
+        return self._profiles[(model, backend)]
+
     def keeps_alive(self, model: str, backend: str) -> bool:
         """Whether upstream connections to a backend are pooled (not for llama-cpp-python's
-        server, which drops connections after some answers without saying so; llama.cpp's
-        own ``llama-server`` keeps them)."""
-        return self._engines[(model, backend)] != "llamacpp"
+        server, which drops connections after some answers without saying so)."""
+        return self._profiles[(model, backend)].keeps_alive
 
     def streams_to_keep_text(self, model: str, lane: str, priority: int) -> bool:
         """Whether a non-streamed ticket of ``priority`` in ``lane`` of ``model`` goes
@@ -155,8 +153,10 @@ class GatewayState:
         return self._keeps_text[(model, lane, priority)]
 
     def streams_unary(self, model: str, backend: str) -> bool:
-        """Whether non-streamed requests go to a backend as streams (``STREAMED_UPSTREAM``)."""
-        return self._engines[(model, backend)] in STREAMED_UPSTREAM
+        """Whether non-streamed requests go to a backend as streams: its engine keeps
+        generating a non-streamed request after its client has left (its profile's
+        ``streams_unary``), and only a stream's end stops it."""
+        return self._profiles[(model, backend)].streams_unary
 
     def backend_url(self, model: str, backend: str) -> str:
         """The configured base URL of a backend (never taken from a request)."""

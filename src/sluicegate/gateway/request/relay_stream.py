@@ -116,7 +116,10 @@ class StreamRelay(Relay):
         if response.status != 200 or response.content_type != "text/event-stream":
             body = await self._read_whole(exchange, response)
             if body is not None:
-                await relay_answer(exchange, response.status, body)
+                admit = exchange.admit
+                assert admit is not None
+                profile = self.state.profile(exchange.ticket.model, admit.backend)
+                await relay_answer(exchange, profile, response.status, body)
             return
         await exchange.open_stream()
         progress = _Progress()

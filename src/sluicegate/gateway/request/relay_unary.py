@@ -112,7 +112,8 @@ class UnaryRelay(Relay):
         assert admit is not None
         first = answer.first_token_s
         ttft_s = None if first is None else first - admit.queued_s
-        await relay_answer(exchange, answer.status, answer.body, ttft_s=ttft_s)
+        profile = self.state.profile(exchange.ticket.model, admit.backend)
+        await relay_answer(exchange, profile, answer.status, answer.body, ttft_s=ttft_s)
         return None
 
     async def _request(

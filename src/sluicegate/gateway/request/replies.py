@@ -9,6 +9,7 @@ import time
 import orjson
 
 from sluicegate.core.ticket import Feedback, Outcome, Usage
+from sluicegate.engine_profiles import EngineProfile
 from sluicegate.gateway.http_errors import GatewayError, error_body
 from sluicegate.gateway.request.exchange import Exchange
 from sluicegate.gateway.streams.endpoint_kind import Endpoint
@@ -34,42 +35,45 @@ def error_event(code: str, message: str) -> bytes:
     return b"data: " + orjson.dumps(body) + b"\n\ndata: [DONE]\n\n"
 
 
-CLIENT_FAULT_500 = (
-    "image input is not supported",
-    "audio input is not supported",
-    "Failed to parse messages",
-)
-"""How llama-server's 500s for the request's own fault begin (a part it was not started
-to read, a message it cannot parse): answered as 400s, so no client can open a circuit."""
 _ENGINE_CODES = {400: "invalid_request", 404: "not_found", 429: "rate_limit_exceeded"}
 
 
-def _engine_message(answer: dict[str, object]) -> tuple[str | None, object]:
-    """The message and ``type`` of an engine's error body (OpenAI's, llama-server's or
-    vLLM's shape, whose message is at the top level)."""
-    error = answer.get("error")
-    if isinstance(error, dict):
-        message = error.get("message")
-        return (message if isinstance(message, str) else None), error.get("type")
-    message = answer.get("message")
-    return (message if isinstance(message, str) else None), answer.get("type")
-
-
-def openai_error_body(status: int, answer: dict[str, object], body: bytes) -> bytes:
+def openai_error_body(
+    profile: EngineProfile, status: int, answer: dict[str, object], body: bytes
+) -> bytes:
     """An engine's error ``body`` in OpenAI's shape (string ``code``, ``param``): as it is
-    when already so, else rebuilt keeping the engine's message. llama-server's context
-    overflow becomes ``context_length_exceeded``."""
+    when already so, else rebuilt keeping the engine's message as its profile reads it,
+    with the code the profile gives for the engine's own kind of error."""
     error = answer.get("error")
     if isinstance(error, dict) and isinstance(error.get("code"), str) and "param" in error:
         return body
-    message, kind = _engine_message(answer)
-    if kind == "exceed_context_size_error":
-        code = "context_length_exceeded"
-    elif status == 501:
-        code = "not_supported"
-    else:
-        code = _ENGINE_CODES.get(status, "upstream_error")
-    return error_body(status, code, message or f"the engine answered {status}")
+    read = profile.read_error(answer)
+    code = profile.error_code(status, read)
+    if code is None:
+        code = "not_supported" if status == 501 else _ENGINE_CODES.get(status, "upstream_error")
+    return error_body(status, code, read.message or f"the engine answered {status}")
+
+
+def relayed_error(profile: EngineProfile, status: int, body: bytes) -> tuple[int, bytes] | None:
+    """What the client gets for an engine's answer of ``status`` >= 400: (status, body in
+    OpenAI's shape), or None for a 502 ``upstream_error`` (the engine's body never relayed).
+
+    An engine 5xx or a body that is not a JSON object is a 502, except a 501 (a feature
+    the engine was not started with, e.g. llama-server's embeddings) and a 500 its profile
+    says is the request's own fault (``client_fault``: a 400, so no client can open a
+    circuit). An engine 4xx keeps its status and message.
+    """
+    try:
+        answer = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(answer, dict):
+        return None
+    if status == 500 and profile.client_fault(status, profile.read_error(answer)):
+        status = 400
+    if status >= 500 and status != 501:
+        return None
+    return status, openai_error_body(profile, status, answer, body)
 
 
 def _reported_usage(answer: dict[str, object], prompt: int) -> tuple[int, int]:
@@ -88,31 +92,35 @@ def _reported_usage(answer: dict[str, object], prompt: int) -> tuple[int, int]:
 
 
 async def relay_answer(
-    exchange: Exchange, status: int, body: bytes, *, ttft_s: float | None = None
+    exchange: Exchange,
+    profile: EngineProfile,
+    status: int,
+    body: bytes,
+    *,
+    ttft_s: float | None = None,
 ) -> None:
     """Answer with the engine's whole body, and end the exchange by it; ``ttft_s`` (from
-    admission) if the engine streamed it.
+    admission) if the engine streamed it; ``profile``: the engine's, which reads its errors.
 
-    An engine 5xx or a body that is not a JSON object is a 502 ``upstream_error``
-    (the engine's body is never relayed), except a 501 (a feature the engine was not
-    started with, e.g. llama-server's embeddings) and a 500 that llama-server gives
-    for the request's own fault (``CLIENT_FAULT_500``: a 400). An engine 4xx keeps
-    its status and message in OpenAI's error shape. For the adaptive limit a success
-    is a latency sample, the engine's 429 a drop (like its 5xx, which also count
-    against the circuit), any other 4xx (and 501) nothing.
+    An error answer is relayed as ``relayed_error`` says (or is a 502). For the adaptive
+    limit a success is a latency sample, the engine's 429 a drop (like its 5xx, which
+    also count against the circuit), any other 4xx (and 501) nothing.
     """
-    try:
-        answer = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        answer = None
-    if status == 500 and isinstance(answer, dict):
-        message, _ = _engine_message(answer)
-        if message is not None and message.startswith(CLIENT_FAULT_500):
-            status = 400
-    if (status >= 500 and status != 501) or not isinstance(answer, dict):
-        raise exchange.fail(GatewayError(502, "upstream_error", f"the engine answered {status}"))
+    fail = GatewayError(502, "upstream_error", f"the engine answered {status}")
     if status >= 400:
-        body = openai_error_body(status, answer, body)
+        relayed = relayed_error(profile, status, body)
+        if relayed is None:
+            raise exchange.fail(fail)
+        status, body = relayed
+        answer: dict[str, object] = {}  # an error counts the estimate, no output
+    else:
+        try:
+            parsed = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise exchange.fail(fail)
+        answer = parsed
     prompt, completion = _reported_usage(answer, exchange.ticket.prompt_tokens)
     if status < 400:
         outcome, feedback = Outcome.COMPLETED, Feedback.SAMPLE

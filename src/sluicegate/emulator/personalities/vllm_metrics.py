@@ -49,6 +49,8 @@ class EmulatorMetrics:
         engine: the engine whose state the gauges report.
     """
 
+    content_type = CONTENT_TYPE
+
     def __init__(self, model: str, engine: Engine) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._values = values = (model, "0")

@@ -1,0 +1,21 @@
+"""The engines the emulator can play (``sluicegate emulate --personality``): one module
+each, ``PERSONALITIES`` lists them by name (the engine's profile name)."""
+
+from __future__ import annotations
+
+from sluicegate.emulator.personalities.personality import EngineMetrics, JsonDocument, Personality
+from sluicegate.emulator.personalities.vllm_personality import VLLMPersonality
+
+__all__ = ["PERSONALITIES", "EngineMetrics", "JsonDocument", "Personality", "personality"]
+
+PERSONALITIES: dict[str, Personality] = {p.name: p for p in (VLLMPersonality(),)}
+
+
+def personality(name: str) -> Personality:
+    """The personality called ``name``; ``KeyError`` naming the choices if none is."""
+    try:
+        return PERSONALITIES[name]
+    except KeyError:
+        raise KeyError(
+            f"unknown personality {name!r}; choose one of {sorted(PERSONALITIES)}"
+        ) from None
