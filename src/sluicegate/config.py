@@ -32,6 +32,7 @@ from sluicegate.batches.batches_config import BatchesSpec
 from sluicegate.config_pressure import PressureSpec
 from sluicegate.core.policies import policy_names, simulation_only_policies
 from sluicegate.core.spec import ModelSpec, SchedulerSpec, TenantSpec
+from sluicegate.engine_profiles import profile
 from sluicegate.errors import SluicegateError
 from sluicegate.store.store_config import DistributedSpec
 
@@ -119,6 +120,9 @@ class SimulationSpec(BaseModel):
     scrape_interval_s: float = Field(1.0, gt=0.0)
 
 
+STALE_SCRAPES = 5
+"""``metrics_stale_after_s: auto``: this many scrape intervals without a good scrape."""
+
 STORE_SCHEMES = ("redis://", "rediss://", "unix://")
 """The URL schemes of a shared store (Redis or Valkey): distributed mode."""
 
@@ -193,6 +197,8 @@ class Config(BaseModel):
         names = [model.name for model in self.models]
         if len(set(names)) != len(names):
             raise ValueError(f"model names must be unique, got {names}")
+        for model in self.models:
+            self._check_engines(model)
         lanes = {lane.name for model in self.models for lane in model.lanes}
         if self.batches is not None:
             self._check_batches(self.batches, lanes)
@@ -205,6 +211,24 @@ class Config(BaseModel):
                     f"tenant {tenant.name!r} has unknown default_lane {tenant.default_lane!r}"
                 )
         return self
+
+    def _check_engines(self, model: ModelSpec) -> None:
+        """What a backend asks of its engine's profile, and staleness against the scrapes."""
+        stale = model.metrics_stale_after_s
+        if isinstance(stale, float) and stale <= self.server.scrape_interval_s:
+            raise ValueError(
+                f"models[{model.name}].metrics_stale_after_s: {stale} s is not longer than "
+                f"server.scrape_interval_s ({self.server.scrape_interval_s} s): every backend "
+                "would count as full between two scrapes"
+            )
+        for backend in model.backends:
+            engine = profile(backend.engine)
+            where = f"models[{model.name}].backends[{backend.name}]"
+            if backend.priority_passthrough and engine.priority_field is None:
+                raise ValueError(
+                    f"{where}.priority_passthrough: engine {engine.name!r} has no priority "
+                    "scheduler to hand the priority to"
+                )
 
     def _check_batches(self, batches: BatchesSpec, lanes: set[str]) -> None:
         if batches.lane not in lanes:
@@ -241,7 +265,14 @@ class Config(BaseModel):
         tenants = tuple(
             TenantSpec.model_validate(t.model_dump(exclude={"api_key_env"})) for t in self.tenants
         )
-        return SchedulerSpec(models=self.models, tenants=tenants)
+        auto = STALE_SCRAPES * self.server.scrape_interval_s
+        models = tuple(
+            model.model_copy(update={"metrics_stale_after_s": auto})
+            if model.metrics_stale_after_s == "auto"
+            else model
+            for model in self.models
+        )
+        return SchedulerSpec(models=models, tenants=tenants)
 
     def api_keys(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
         """Map of API key → tenant name, read from the environment variables the tenants name.

@@ -112,6 +112,8 @@ def _value(scraped: Scraped, name: str, **labels: str) -> float:
         ("sluicegate_concurrency_limit", "gauge"),
         ("sluicegate_backend_kv_cache_usage", "gauge"),
         ("sluicegate_backend_healthy", "gauge"),
+        ("sluicegate_backend_metrics_age_seconds", "gauge"),
+        ("sluicegate_backend_metrics_stale", "gauge"),
         ("sluicegate_model_concurrency_limit", "gauge"),
         ("sluicegate_model_concurrency_floor", "gauge"),
         ("sluicegate_adaptive_limit_enabled", "gauge"),

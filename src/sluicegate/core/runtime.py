@@ -113,7 +113,9 @@ class ModelRuntime:
             BackendState(
                 backend,
                 CircuitBreaker(failures=spec.circuit_failures, cooldown_s=spec.circuit_cooldown_s),
-                spec.metrics_stale_after_s,
+                # "auto" is resolved by the gateway's config (5 scrape intervals); a
+                # scheduler built without one (the simulator) has no scrape to go stale.
+                None if spec.metrics_stale_after_s == "auto" else spec.metrics_stale_after_s,
             )
             for backend in spec.backends
         ]

@@ -179,12 +179,12 @@ class ModelSpec(FrozenSpec):
     preempt_slack_s: float = Field(
         0.0, ge=0.0, description="preempt when a waiter's slack falls below this"
     )
-    metrics_stale_after_s: float | None = Field(
-        10.0,
-        gt=0.0,
-        le=86_400.0,
-        description="a backend whose last good metrics scrape is older than this counts as "
-        "full (no new request) until one succeeds; null: never",
+    metrics_stale_after_s: Annotated[float, Field(gt=0.0, le=86_400.0)] | Literal["auto"] | None = (
+        Field(
+            "auto",
+            description="a backend whose last good metrics scrape is older than this counts "
+            "as full (no new request) until one succeeds; auto: 5 scrape intervals; null: never",
+        )
     )
     wait_for_backends: bool = Field(
         False,

@@ -16,7 +16,7 @@ largest value when its KV cache is short.
 
 from __future__ import annotations
 
-from sluicegate.engine_profiles.profile import EngineProfile, Reading
+from sluicegate.engine_profiles.profile import EngineError, EngineProfile, Reading
 from sluicegate.engine_profiles.prometheus_text import Samples
 
 RUNNING = "vllm:num_requests_running"
@@ -69,6 +69,13 @@ class VLLMProfile(EngineProfile):
             kv_capacity_tokens=kv_capacity(samples),
             prefix_hit_rate=rate if rate is not None else samples.total(PREFIX_HIT_RATE_V0),
         )
+
+    def error_code(self, status: int, error: EngineError) -> str | None:
+        """A prompt past the model's context (``maximum context length`` in the message of
+        its 400) is ``context_length_exceeded``."""
+        if status == 400 and "maximum context length" in (error.message or ""):
+            return "context_length_exceeded"
+        return None
 
 
 def _mean(samples: Samples, names: tuple[str, ...]) -> float | None:

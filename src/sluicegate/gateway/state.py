@@ -72,6 +72,12 @@ class GatewayState:
             for model in config.models
             for backend in model.backends
         }
+        self._priority_fields = {
+            (model.name, backend.name): profile(backend.engine).priority_field
+            for model in config.models
+            for backend in model.backends
+            if backend.priority_passthrough
+        }
         self.scheduler = Scheduler(config.scheduler_spec())
         self.link: StoreLink | None = None
         if config.shared_store:
@@ -140,6 +146,11 @@ class GatewayState:
     def profile(self, model: str, backend: str) -> EngineProfile:
         """The profile of a backend's engine (``sluicegate.engine_profiles``)."""
         return self._profiles[(model, backend)]
+
+    def priority_field(self, model: str, backend: str) -> str | None:
+        """The engine's priority field a backend's requests carry (``priority_passthrough``),
+        or None."""
+        return self._priority_fields.get((model, backend))
 
     def keeps_alive(self, model: str, backend: str) -> bool:
         """Whether upstream connections to a backend are pooled (not for llama-cpp-python's

@@ -208,6 +208,10 @@ class Ops:
                             "circuit": b.circuit,
                             "kv_cache_usage": b.kv_cache_usage,
                             "num_requests_waiting": b.num_requests_waiting,
+                            "num_requests_running": b.num_requests_running,
+                            "engine": self.state.profile(name, b.name).name,
+                            "metrics_age_s": b.metrics_age_s,
+                            "metrics_stale": b.metrics_stale,
                         }
                         for b in view.backends
                     ],

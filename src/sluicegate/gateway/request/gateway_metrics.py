@@ -87,6 +87,16 @@ class _SchedulerGauges(Collector):
             "1 if the backend takes traffic (probe up, circuit not open within a cool-down).",
             labels=["model", "backend"],
         )
+        age = GaugeMetricFamily(
+            "sluicegate_backend_metrics_age_seconds",
+            "Seconds since the engine's metrics were last scraped well (absent: never).",
+            labels=["model", "backend"],
+        )
+        stale = GaugeMetricFamily(
+            "sluicegate_backend_metrics_stale",
+            "1 if the engine's metrics are older than metrics_stale_after_s: it counts as full.",
+            labels=["model", "backend"],
+        )
         model_limit = GaugeMetricFamily(
             "sluicegate_model_concurrency_limit",
             "Effective model-wide concurrency limit (max_concurrency within the adaptive limit).",
@@ -123,7 +133,10 @@ class _SchedulerGauges(Collector):
                 if backend.kv_cache_usage is not None:
                     kv.add_metric([name, backend.name], backend.kv_cache_usage)
                 healthy.add_metric([name, backend.name], 1.0 if backend.healthy else 0.0)
-        yield from (depth, inflight, limit, tokens, kv, healthy)
+                if backend.metrics_age_s is not None:
+                    age.add_metric([name, backend.name], backend.metrics_age_s)
+                stale.add_metric([name, backend.name], 1.0 if backend.metrics_stale else 0.0)
+        yield from (depth, inflight, limit, tokens, kv, healthy, age, stale)
         yield from (model_limit, model_floor, adaptive, slo)
 
 

@@ -187,7 +187,7 @@ class StreamRelay(Relay):
             with interrupts.waiting():
                 return await state.upstream.post(
                     url,
-                    exchange.raw,
+                    self.engine_body(exchange, exchange.raw),
                     ticket.id,
                     reuse=state.keeps_alive(ticket.model, admit.backend),
                 )

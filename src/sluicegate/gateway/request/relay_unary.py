@@ -129,7 +129,10 @@ class UnaryRelay(Relay):
         try:
             with interrupts.waiting():
                 response = await state.upstream.post(
-                    url, body, ticket.id, reuse=state.keeps_alive(ticket.model, admit.backend)
+                    url,
+                    self.engine_body(exchange, body),
+                    ticket.id,
+                    reuse=state.keeps_alive(ticket.model, admit.backend),
                 )
                 try:
                     interrupts.upstream.after(self._idle_s)

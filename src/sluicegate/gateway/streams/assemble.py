@@ -221,7 +221,7 @@ class StreamAssembler:
         for key, value in event.items():
             if key not in TOP_OWN and top.get(key) is None:
                 top[key] = value
-        if "error" in event:
+        if "error" in event or event.get("object") == "error":  # nested, or vLLM < 0.10's
             self.error = True
         choices = event.get("choices")
         if isinstance(usage, dict):

@@ -82,7 +82,9 @@ class SseScanner:
         if not isinstance(event, dict):
             self.malformed = True
             return
-        if "error" in event:
+        if "error" in event or event.get("object") == "error":
+            # ``object: error``: vLLM before 0.10 (and SGLang, trtllm-serve) put the error's
+            # fields at the top level of the event.
             self.error = True
             return
         choices = event.get("choices")

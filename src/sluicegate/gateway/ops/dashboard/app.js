@@ -235,9 +235,15 @@ function backendRows(model) {
     if (backend.workers > 1 && backend.healthyWorkers !== backend.workers) {
       health = `healthy in ${backend.healthyWorkers}/${backend.workers} workers`;
     }
+    let tone = backend.healthy ? "ok" : "bad";
+    if (backend.healthy && backend.stale) {
+      // Its metrics stopped coming: it counts as full, so it gets no new request.
+      health = `stale (metrics ${fmtInt(backend.metricsAge)} s old)`;
+      tone = "warn";
+    }
     return el("tr", { "data-model": model.name, "data-backend": backend.name },
       el("th", { scope: "row" }, backend.name),
-      el("td", {}, pill(health, backend.healthy ? "ok" : "bad", "healthy")),
+      el("td", {}, pill(health, tone, "healthy")),
       cell("inflight", backend.inflight, fmtInt(backend.inflight)),
       cell("waiting", backend.waiting, fmtInt(backend.waiting)),
       el("td", { class: "kv" },

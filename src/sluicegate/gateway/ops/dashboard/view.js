@@ -59,6 +59,8 @@ function backendOf(raw) {
     circuit: raw.circuit ?? null,
     kv: num(raw.kv_cache_usage),
     waiting: num(raw.num_requests_waiting),
+    stale: raw.metrics_stale === true,
+    metricsAge: num(raw.metrics_age_s),
     workers: 1,
     healthyWorkers: raw.healthy === true ? 1 : 0,
   };
@@ -146,6 +148,8 @@ function mergeBackend(a, b) {
   if (a.circuit === "closed" || a.circuit === null) a.circuit = b.circuit;
   a.kv = max(a.kv, b.kv);
   a.waiting = max(a.waiting, b.waiting);
+  a.stale = a.stale || b.stale;
+  a.metricsAge = max(a.metricsAge, b.metricsAge);
   a.workers += b.workers;
   a.healthyWorkers += b.healthyWorkers;
 }
