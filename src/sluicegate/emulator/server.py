@@ -123,6 +123,9 @@ class _EmulatorApi:
 
     async def health(self, request: Request) -> Response:
         """The personality's health path: 200 while the process serves."""
+        body = self._persona.health_body()
+        if body is not None:
+            return _json(body)
         return Response(status_code=200)
 
     async def metrics(self, request: Request) -> Response:

@@ -16,6 +16,8 @@ requests go to it as streams.
 
 from __future__ import annotations
 
+import re
+
 from sluicegate.engine_profiles.profile import EngineError, EngineProfile, Reading
 from sluicegate.engine_profiles.prometheus_text import Samples
 
@@ -57,9 +59,17 @@ class LlamaServerProfile(EngineProfile):
         return status == 500 and (error.message or "").startswith(CLIENT_FAULT_500)
 
 
+VALIDATION_500 = re.compile(r"\d+ validation errors?\b")
+"""How llama-cpp-python's 500 for a body its models refuse begins: its route handler
+(llama_cpp/server/errors.py ``RouteErrorHandler``) answers pydantic's validation error as
+an ``internal_server_error``."""
+
+
 class LlamaCppPythonProfile(LlamaServerProfile):
-    """llama-cpp-python's server (``python -m llama_cpp.server``): no ``/metrics``, no
-    ``/health`` (its 404 still proves it up), and connections it drops after some answers
+    """llama-cpp-python's server (``python -m llama_cpp.server``; llama_cpp/server/app.py
+    and errors.py, recorded from 0.3.36): no ``/metrics``, no ``/health`` (its 404 still
+    proves it up; it answers 503 while it has no model), errors in OpenAI's shape with
+    ``context_length_exceeded`` named, and connections it drops after some answers
     without saying so, so none is pooled."""
 
     name = "llamacpp"
@@ -67,3 +77,7 @@ class LlamaCppPythonProfile(LlamaServerProfile):
     metrics_path = None
     metric_names = frozenset()
     keeps_alive = False
+
+    def client_fault(self, status: int, error: EngineError) -> bool:
+        """A 500 that is pydantic's refusal of the request body."""
+        return status == 500 and VALIDATION_500.match(error.message or "") is not None

@@ -3,12 +3,15 @@ each, ``PERSONALITIES`` lists them by name (the engine's profile name)."""
 
 from __future__ import annotations
 
+from sluicegate.emulator.personalities.llama_server_personality import LlamaServerPersonality
 from sluicegate.emulator.personalities.personality import EngineMetrics, JsonDocument, Personality
 from sluicegate.emulator.personalities.vllm_personality import VLLMPersonality
 
 __all__ = ["PERSONALITIES", "EngineMetrics", "JsonDocument", "Personality", "personality"]
 
-PERSONALITIES: dict[str, Personality] = {p.name: p for p in (VLLMPersonality(),)}
+PERSONALITIES: dict[str, Personality] = {
+    p.name: p for p in (VLLMPersonality(), LlamaServerPersonality())
+}
 
 
 def personality(name: str) -> Personality:

@@ -69,6 +69,10 @@ class Personality:
         """Extra JSON documents by path (GET), e.g. ``/info``."""
         return {}
 
+    def health_body(self) -> dict[str, object] | None:
+        """The JSON a health answer carries; None: an empty 200."""
+        return None
+
     def error_body(
         self, status: int, message: str, code: str, param: str | None
     ) -> dict[str, object]:
