@@ -69,6 +69,10 @@ class Personality:
         """Extra JSON documents by path (GET), e.g. ``/info``."""
         return {}
 
+    def error_status(self, status: int, code: str) -> int:
+        """The HTTP status the engine answers a refusal of ``status`` with (TGI: 422)."""
+        return status
+
     def error_body(
         self, status: int, message: str, code: str, param: str | None
     ) -> dict[str, object]:
