@@ -48,11 +48,14 @@ class LiveEmulator:
 
 
 @contextmanager
-def run_emulator(config: EngineConfig, *, seed: int = 0) -> Iterator[LiveEmulator]:
-    """Serve ``build_app(config)`` with uvicorn on 127.0.0.1, port chosen by the OS."""
+def run_emulator(
+    config: EngineConfig, *, seed: int = 0, persona: str = "vllm"
+) -> Iterator[LiveEmulator]:
+    """Serve ``build_app(config)`` as ``persona`` with uvicorn on 127.0.0.1, port chosen by
+    the OS."""
     server = uvicorn.Server(
         uvicorn.Config(
-            build_app(config, model=MODEL, seed=seed), host="127.0.0.1", port=0,
+            build_app(config, model=MODEL, seed=seed, persona=persona), host="127.0.0.1", port=0,
             loop="uvloop", http="httptools", ws="none", lifespan="on",
             log_level="warning", access_log=False, timeout_graceful_shutdown=2,
         )

@@ -135,7 +135,7 @@ class _EmulatorApi:
     def _error(self, exc: ApiError) -> Response:
         """A refusal in the personality's own error shape."""
         body = self._persona.error_body(exc.status, exc.message, exc.code, exc.param)
-        return _json(body, exc.status)
+        return _json(body, self._persona.error_status(exc.status, exc.code))
 
     async def stats(self, request: Request) -> Response:
         """``GET /emulator/stats``: engine state and request counters as JSON."""

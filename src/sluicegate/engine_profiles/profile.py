@@ -112,6 +112,10 @@ class EngineProfile:
         """Whether an engine 500 is in truth the request's own fault (answered 400)."""
         return False
 
+    def engine_fault(self, status: int, error: EngineError) -> bool:
+        """Whether an engine 4xx is in truth the engine's own failure (answered 502)."""
+        return False
+
     def priority_value(self, priority: int) -> int:
         """The value of ``priority_field`` for a sluicegate priority (lower runs first)."""
         return priority

@@ -73,6 +73,10 @@ class Personality:
         """The JSON a health answer carries; None: an empty 200."""
         return None
 
+    def error_status(self, status: int, code: str) -> int:
+        """The HTTP status the engine answers a refusal of ``status`` with (TGI: 422)."""
+        return status
+
     def error_body(
         self, status: int, message: str, code: str, param: str | None
     ) -> dict[str, object]:

@@ -61,7 +61,8 @@ def relayed_error(profile: EngineProfile, status: int, body: bytes) -> tuple[int
     An engine 5xx or a body that is not a JSON object is a 502, except a 501 (a feature
     the engine was not started with, e.g. llama-server's embeddings) and a 500 its profile
     says is the request's own fault (``client_fault``: a 400, so no client can open a
-    circuit). An engine 4xx keeps its status and message.
+    circuit). An engine 4xx keeps its status and message, unless its profile says it is
+    the engine's own failure (``engine_fault``: a 502).
     """
     try:
         answer = orjson.loads(body)
@@ -69,9 +70,10 @@ def relayed_error(profile: EngineProfile, status: int, body: bytes) -> tuple[int
         return None
     if not isinstance(answer, dict):
         return None
-    if status == 500 and profile.client_fault(status, profile.read_error(answer)):
+    read = profile.read_error(answer)
+    if status == 500 and profile.client_fault(status, read):
         status = 400
-    if status >= 500 and status != 501:
+    if (status >= 500 and status != 501) or profile.engine_fault(status, read):
         return None
     return status, openai_error_body(profile, status, answer, body)
 
