@@ -11,6 +11,7 @@ from sluicegate.engine_profiles.llama_server import LlamaCppPythonProfile, Llama
 from sluicegate.engine_profiles.profile import EngineError, EngineProfile, Reading
 from sluicegate.engine_profiles.prometheus_text import Samples, scan
 from sluicegate.engine_profiles.tgi import TGIProfile
+from sluicegate.engine_profiles.trtllm import TensorRTLLMProfile
 from sluicegate.engine_profiles.vllm import EmulatorProfile, VLLMProfile
 
 __all__ = [
@@ -31,6 +32,7 @@ PROFILES: dict[str, EngineProfile] = {
         LlamaServerProfile(),
         LlamaCppPythonProfile(),
         TGIProfile(),
+        TensorRTLLMProfile(),
     )
 }
 

@@ -6,12 +6,19 @@ from __future__ import annotations
 from sluicegate.emulator.personalities.llama_server_personality import LlamaServerPersonality
 from sluicegate.emulator.personalities.personality import EngineMetrics, JsonDocument, Personality
 from sluicegate.emulator.personalities.tgi_personality import TGIPersonality
+from sluicegate.emulator.personalities.trtllm_personality import TensorRTLLMPersonality
 from sluicegate.emulator.personalities.vllm_personality import VLLMPersonality
 
 __all__ = ["PERSONALITIES", "EngineMetrics", "JsonDocument", "Personality", "personality"]
 
 PERSONALITIES: dict[str, Personality] = {
-    p.name: p for p in (VLLMPersonality(), LlamaServerPersonality(), TGIPersonality())
+    p.name: p
+    for p in (
+        VLLMPersonality(),
+        LlamaServerPersonality(),
+        TGIPersonality(),
+        TensorRTLLMPersonality(),
+    )
 }
 
 
