@@ -119,18 +119,23 @@ def engine_stats(url: str) -> dict[str, float]:
 
 
 def gateway_config(
-    engine_ports: Sequence[int], body: str, *, weights: Sequence[float] | None = None
+    engine_ports: Sequence[int],
+    body: str,
+    *,
+    weights: Sequence[float] | None = None,
+    engine: str = "emulator",
 ) -> Config:
     """A config whose single model ``tiny`` has one backend per engine port.
 
     ``body`` is YAML appended under the model (indented by the caller as
     model keys: ``max_concurrency``, ``lanes``…) followed by top-level keys.
-    ``weights`` (one per port) sets the backends' routing weights.
+    ``weights`` (one per port) sets the backends' routing weights; ``engine`` their
+    engine kind (the profile the gateway reads them with).
     """
     shares = list(weights) if weights is not None else [1.0] * len(engine_ports)
     assert len(shares) == len(engine_ports), (weights, engine_ports)
     backends = "".join(
-        f"      - {{name: e{i}, url: 'http://127.0.0.1:{port}', engine: emulator,"
+        f"      - {{name: e{i}, url: 'http://127.0.0.1:{port}', engine: {engine},"
         f" weight: {weight}}}\n"
         for i, (port, weight) in enumerate(zip(engine_ports, shares, strict=True))
     )
@@ -148,16 +153,20 @@ def stack(
     scrape: bool = True,
     weights: Sequence[float] | None = None,
     guarded: bool = True,
+    persona: str | None = None,
 ) -> Iterator[Stack]:
     """``engines`` emulators and a gateway configured with ``body`` in front of them
-    (``guarded``: see ``start_server``)."""
+    (``guarded``: see ``start_server``); ``persona``: the engine the emulators play and
+    the gateway reads them as (default: the vLLM personality, ``engine: emulator``)."""
     running: list[RunningServer] = []
     try:
         for i in range(engines):
-            emulator = build_emulator(engine or preset("tiny"), model=MODEL, seed=i)
+            emulator = build_emulator(
+                engine or preset("tiny"), model=MODEL, seed=i, persona=persona or "vllm"
+            )
             running.append(start_server(emulator))
         ports = [one.port for one in running]
-        config = gateway_config(ports, body, weights=weights)
+        config = gateway_config(ports, body, weights=weights, engine=persona or "emulator")
         env = {"SLUICEGATE_ADMIN_KEY": ADMIN_KEY, **(environ or {})}
         app = build_gateway(config, environ=env, scrape=scrape)
         running.append(start_server(app, guarded=guarded))
