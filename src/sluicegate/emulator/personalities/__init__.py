@@ -4,11 +4,14 @@ each, ``PERSONALITIES`` lists them by name (the engine's profile name)."""
 from __future__ import annotations
 
 from sluicegate.emulator.personalities.personality import EngineMetrics, JsonDocument, Personality
+from sluicegate.emulator.personalities.sglang_personality import SGLangPersonality
 from sluicegate.emulator.personalities.vllm_personality import VLLMPersonality
 
 __all__ = ["PERSONALITIES", "EngineMetrics", "JsonDocument", "Personality", "personality"]
 
-PERSONALITIES: dict[str, Personality] = {p.name: p for p in (VLLMPersonality(),)}
+PERSONALITIES: dict[str, Personality] = {
+    p.name: p for p in (VLLMPersonality(), SGLangPersonality())
+}
 
 
 def personality(name: str) -> Personality:
