@@ -10,6 +10,7 @@ from __future__ import annotations
 from sluicegate.engine_profiles.llama_server import LlamaCppPythonProfile, LlamaServerProfile
 from sluicegate.engine_profiles.profile import EngineError, EngineProfile, Reading
 from sluicegate.engine_profiles.prometheus_text import Samples, scan
+from sluicegate.engine_profiles.sglang import SGLangProfile
 from sluicegate.engine_profiles.tgi import TGIProfile
 from sluicegate.engine_profiles.trtllm import TensorRTLLMProfile
 from sluicegate.engine_profiles.vllm import EmulatorProfile, VLLMProfile
@@ -33,6 +34,7 @@ PROFILES: dict[str, EngineProfile] = {
         LlamaCppPythonProfile(),
         TGIProfile(),
         TensorRTLLMProfile(),
+        SGLangProfile(),
     )
 }
 

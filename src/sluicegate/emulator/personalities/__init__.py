@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sluicegate.emulator.personalities.llama_server_personality import LlamaServerPersonality
 from sluicegate.emulator.personalities.personality import EngineMetrics, JsonDocument, Personality
+from sluicegate.emulator.personalities.sglang_personality import SGLangPersonality
 from sluicegate.emulator.personalities.tgi_personality import TGIPersonality
 from sluicegate.emulator.personalities.trtllm_personality import TensorRTLLMPersonality
 from sluicegate.emulator.personalities.vllm_personality import VLLMPersonality
@@ -18,6 +19,7 @@ PERSONALITIES: dict[str, Personality] = {
         LlamaServerPersonality(),
         TGIPersonality(),
         TensorRTLLMPersonality(),
+        SGLangPersonality(),
     )
 }
 
