@@ -168,10 +168,12 @@ async def test_a_refusal_reaches_the_client_in_openais_shape(persona: str) -> No
     prompt = "x" * (tiny.num_blocks * tiny.block_size * 5)
     with stack("", persona=persona) as gateway:
         body = {"model": MODEL, "prompt": prompt, "max_tokens": 4}
-        async with aiohttp.ClientSession() as session:
-            async with session.post(gateway.base_url + "/v1/completions", json=body) as reply:
-                status = reply.status
-                answer = await reply.json()
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(gateway.base_url + "/v1/completions", json=body) as reply,
+        ):
+            status = reply.status
+            answer = await reply.json()
     assert status in (400, 422), answer
     error = answer["error"]
     assert set(error) >= {"message", "type", "code", "param"}

@@ -145,3 +145,12 @@ class TensorRTLLMProfile(EngineProfile):
         if isinstance(error, str):
             return EngineError(error)
         return super().read_error(answer)
+
+    def error_code(self, status: int, error: EngineError) -> str | None:
+        """A prompt past the engine's limits is ``context_length_exceeded``: the LLM API's
+        argument check (tensorrt_llm/llmapi/llm.py ``_check_arguments``) says the prompt
+        "should not exceed" ``max_num_tokens`` or ``max_seq_len``."""
+        message = error.message or ""
+        if status == 400 and "should not exceed" in message and "max_" in message:
+            return "context_length_exceeded"
+        return None

@@ -51,4 +51,6 @@ class SGLangPersonality(Personality):
     ) -> dict[str, object]:
         """SGLang's flat error object; its ``code`` is the HTTP status."""
         kind = ERROR_TYPES.get(status, "BadRequestError" if status < 500 else "InternalServerError")
+        if code == "context_length_exceeded":  # worded as its tokenizer manager words it
+            message = f"Requested token count exceeds the model's maximum context length: {message}"
         return {"object": "error", "message": message, "type": kind, "param": param, "code": status}

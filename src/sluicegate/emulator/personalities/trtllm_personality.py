@@ -32,4 +32,6 @@ class TensorRTLLMPersonality(Personality):
     ) -> dict[str, object]:
         """``{"object": "error", "message", "type", "param", "code": <status>}``."""
         kind = ERROR_TYPES.get(status, "InternalServerError")
+        if code == "context_length_exceeded":  # worded as the LLM API's argument check
+            message = f"The prompt length and max_tokens should not exceed max_seq_len: {message}"
         return {"object": "error", "message": message, "type": kind, "param": param, "code": status}
