@@ -2,18 +2,19 @@
 
 It owns what one ``Engine.step`` does to the running batch and the waiting
 queue: advance running sequences within the token budget, preempt the newest
-(recompute) when KV blocks run short, admit waiting requests FCFS, and emit the
-sampled tokens. ``model`` holds the engine's state, its public calls and the
-``batch_independent`` mode; the schedule itself is described in its docstring.
+(recompute) when KV blocks run short, admit waiting requests in the queue's
+order (FCFS, or by priority: the priority policy's step 1 is
+``priority_schedule``'s), and emit the sampled tokens. ``model`` holds the
+engine's state, its public calls and the ``batch_independent`` mode; the
+schedule itself is described in its docstring.
 """
 
 from __future__ import annotations
 
-from collections import deque
-
 from sluicegate.engine.engine_config import EngineConfig
 from sluicegate.engine.prefix_cache import PrefixCache
 from sluicegate.engine.step import SeqState, StepOutput
+from sluicegate.engine.waiting import WaitingQueue
 
 __all__ = ["BatchSchedule"]
 
@@ -23,7 +24,7 @@ class BatchSchedule:
 
     _config: EngineConfig
     _seqs: dict[str, SeqState]
-    _waiting: deque[SeqState]
+    _waiting: WaitingQueue
     _running: list[SeqState]
     _free_blocks: int
     _preemptions: int
@@ -104,7 +105,7 @@ class BatchSchedule:
         return True
 
     def _admit_waiting(self, out: StepOutput, budget: int) -> None:
-        """Step 2: admit waiting requests FCFS while slots, budget and KV allow."""
+        """Step 2: admit waiting requests in queue order while slots, budget and KV allow."""
         cfg = self._config
         waiting = self._waiting
         slots = cfg.max_num_seqs - len(self._running)

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 _MAX_SEQS = 1_000_000
 _MAX_BLOCK = 1024
+
+SchedulingPolicy = Literal["fcfs", "priority"]
+"""vLLM's ``--scheduling-policy`` values the model implements (see ``Engine``)."""
+SCHEDULING_POLICIES: tuple[str, ...] = get_args(SchedulingPolicy)
 
 
 def _require(ok: bool, message: str) -> None:
@@ -52,6 +57,11 @@ class EngineConfig:
             one shared batch: each request's service time is its solo time,
             whatever else is running, and KV capacity never preempts. Used for
             exact queueing-theory (Erlang C) checks; see ``Engine``.
+        scheduling_policy: vLLM's ``--scheduling-policy``: ``fcfs`` (the
+            default), or ``priority``: the waiting queue ordered by each
+            request's ``priority`` (lower first) then arrival, and the
+            lowest-priority running sequence preempted first (see ``Engine``).
+            Not with ``batch_independent``, whose servers are FCFS by definition.
     """
 
     max_num_seqs: int
@@ -64,6 +74,7 @@ class EngineConfig:
     per_decode_seq_s: float = 0.0
     per_kv_token_s: float = 0.0
     batch_independent: bool = False
+    scheduling_policy: SchedulingPolicy = "fcfs"
 
     def __post_init__(self) -> None:
         _require(
@@ -87,6 +98,16 @@ class EngineConfig:
             _check_coefficient(name, getattr(self, name))
         _require(
             self.base_s > 0.0, f"base_s must be > 0 (every step takes time), got {self.base_s}"
+        )
+        _require(
+            self.scheduling_policy in SCHEDULING_POLICIES,
+            f"scheduling_policy must be one of {list(SCHEDULING_POLICIES)}, "
+            f"got {self.scheduling_policy!r}",
+        )
+        _require(
+            not (self.batch_independent and self.scheduling_policy == "priority"),
+            "scheduling_policy 'priority' needs a shared batch: batch_independent "
+            "servers start requests FCFS (they exist for exact Erlang C checks)",
         )
 
     @property

@@ -17,6 +17,15 @@ Scheduling, per step (as vLLM v1's ``Scheduler.schedule``; ``batch`` holds it):
    sequence slot, budget and KV blocks remain; the head of the queue blocks the
    rest (no skipping).
 
+With ``EngineConfig.scheduling_policy="priority"`` (vLLM's ``--scheduling-policy
+priority``) the same two steps run with vLLM V1's priority rules
+(``priority_schedule``): the waiting queue is ordered by ``(priority, arrival)``
+(``add_request(priority=…)``, lower first), a preempted sequence goes back in
+that order, and the KV victim is the running sequence with the largest
+``(priority, arrival)``, not the newest. As in V1, a waiting request never
+preempts a running one (V0 did). Under ``fcfs`` a non-zero priority is refused,
+as vLLM refuses it ("Priority scheduling is not enabled").
+
 A sequence emits a token in the step that computes its last known token.
 
 With ``EngineConfig.batch_independent`` the engine is instead ``max_num_seqs``
@@ -43,18 +52,19 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-from sluicegate.engine.batch import BatchSchedule
 from sluicegate.engine.decode import DecodeRun, apply_run, plan_run
 from sluicegate.engine.engine_config import EngineConfig
 from sluicegate.engine.lengths import DEFAULT_LENGTH_MODEL, OutputLengthModel, resolve_output_tokens
 from sluicegate.engine.prefix_cache import PrefixCache
+from sluicegate.engine.priority_schedule import PrioritySchedule
 from sluicegate.engine.servers import IndependentServers
 from sluicegate.engine.step import SeqState, StepOutput, StepResult
+from sluicegate.engine.waiting import PriorityWaiting, WaitingQueue
 
 __all__ = ["DecodeRun", "Engine", "StepResult"]
 
 
-class Engine(BatchSchedule):
+class Engine(PrioritySchedule):
     """One modelled engine replica: waiting queue, running batch, KV blocks, step timing.
 
     Deterministic: the same config, seed, and sequence of calls give the same
@@ -77,7 +87,8 @@ class Engine(BatchSchedule):
         self._seed = seed
         self._length_model = length_model
         self._seqs: dict[str, SeqState] = {}
-        self._waiting: deque[SeqState] = deque()
+        self._by_priority = config.scheduling_policy == "priority"
+        self._waiting: WaitingQueue = PriorityWaiting() if self._by_priority else deque()
         self._running: list[SeqState] = []
         self._num_blocks = config.num_blocks
         self._free_blocks = self._num_blocks
@@ -165,19 +176,27 @@ class Engine(BatchSchedule):
         output_tokens: int | None = None,
         ignore_eos: bool = False,
         prefix: Sequence[int] = (),
+        priority: int = 0,
     ) -> None:
-        """Queue a request (FCFS) arriving at ``now``.
+        """Queue a request arriving at ``now`` (FCFS, or by priority under that policy).
 
         ``prefix`` hashes the prompt's full KV blocks in order (more are ignored;
-        none: no prefix caching).
+        none: no prefix caching). ``priority``: vLLM's request field, lower runs
+        first; only the priority policy takes a non-zero one.
 
         Raises:
-            ValueError: duplicate id, non-positive sizes, or a request that could
-                never run: ``prompt + max_tokens`` above the KV capacity, or above
-                the step budget when chunked prefill is off.
+            ValueError: duplicate id, non-positive sizes, a request that could
+                never run (``prompt + max_tokens`` above the KV capacity, or above
+                the step budget when chunked prefill is off), or a non-zero
+                ``priority`` under ``fcfs``.
         """
         if req_id in self._seqs:
             raise ValueError(f"request {req_id!r} is already in the engine")
+        if priority != 0 and not self._by_priority:
+            raise ValueError(
+                f"Got priority {priority} but Priority scheduling is not enabled "
+                "(scheduling_policy is fcfs)"
+            )
         self._config.check_request(prompt_tokens, max_tokens)
         target = self.planned_output_tokens(
             req_id, prompt_tokens, max_tokens, output_tokens=output_tokens, ignore_eos=ignore_eos
@@ -185,7 +204,9 @@ class Engine(BatchSchedule):
         self._order += 1
         self._version += 1
         full = 0 if self._servers is not None else prompt_tokens // self._config.block_size
-        seq = SeqState(req_id, prompt_tokens, target, now, self._order, tuple(prefix[:full]))
+        seq = SeqState(
+            req_id, prompt_tokens, target, now, self._order, tuple(prefix[:full]), priority
+        )
         self._seqs[req_id] = seq
         self._waiting.append(seq)
         self._now = max(self._now, now)
@@ -231,7 +252,11 @@ class Engine(BatchSchedule):
         if not self._running and not self._waiting:
             return None
         out = StepOutput()
-        budget = self._schedule_running(out, self._config.max_num_batched_tokens)
+        budget = self._config.max_num_batched_tokens
+        if self._by_priority:
+            budget = self._schedule_running_by_priority(out, budget)
+        else:
+            budget = self._schedule_running(out, budget)
         if not out.preempted:
             self._admit_waiting(out, budget)
         if not out.tokens and not out.prefill and not out.preempted:

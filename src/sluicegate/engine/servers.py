@@ -10,11 +10,11 @@ after token g, so its service time is exactly ``EngineConfig.solo_service_s``.
 from __future__ import annotations
 
 import heapq
-from collections import deque
 from collections.abc import Callable
 
 from sluicegate.engine.engine_config import EngineConfig
 from sluicegate.engine.step import SeqState, StepOutput
+from sluicegate.engine.waiting import WaitingQueue
 
 Emit = Callable[[SeqState, StepOutput], None]
 """The engine's token emission: counts the token, and removes the request when it is done."""
@@ -35,7 +35,7 @@ class IndependentServers:
         self._events: list[tuple[float, int, SeqState]] = []
         self.running = 0
 
-    def start_waiting(self, waiting: deque[SeqState]) -> int:
+    def start_waiting(self, waiting: WaitingQueue) -> int:
         """Start waiting requests FCFS on free servers; returns the KV blocks they took."""
         cfg = self._config
         bs = cfg.block_size

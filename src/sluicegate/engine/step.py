@@ -38,11 +38,13 @@ class SeqState:
     ``total`` = prompt + generated tokens; ``computed`` of them have KV;
     ``blocks`` KV blocks (``capacity`` tokens) hold them; tokens before
     ``prefill_end`` are prefilled, the rest decoded one per step; ``prefix``
-    names the prompt's full blocks for the prefix cache (empty: not cached).
+    names the prompt's full blocks for the prefix cache (empty: not cached);
+    ``priority`` orders it under the priority policy (lower first).
     """
 
     __slots__ = ("arrival", "blocks", "capacity", "computed", "done", "generated", "order",
-                 "prefill_end", "prefix", "prompt_tokens", "req_id", "target", "total")  # fmt: skip
+                 "prefill_end", "prefix", "priority", "prompt_tokens", "req_id", "target",
+                 "total")  # fmt: skip
 
     def __init__(
         self,
@@ -52,8 +54,10 @@ class SeqState:
         arrival: float,
         order: int,
         prefix: tuple[int, ...] = (),
+        priority: int = 0,
     ):
         self.req_id = req_id
+        self.priority = priority
         self.prefix = prefix  # hashes of the prompt's full KV blocks, for the prefix cache
         self.prompt_tokens = prompt_tokens
         self.target = target
