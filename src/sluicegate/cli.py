@@ -194,6 +194,9 @@ def emulate(
     personality: Annotated[
         str, typer.Option(help="the engine it looks like: vllm, sglang, tgi, trtllm, llama-server")
     ] = "vllm",
+    scheduling_policy: Annotated[
+        str, typer.Option(help="vLLM's: fcfs, or priority (the request's priority, lower first)")
+    ] = "fcfs",
 ) -> None:
     """Serve an emulated continuous-batching engine over the OpenAI API, with the metric
     names, endpoints and error shapes of the engine ``--personality`` names."""
@@ -202,7 +205,7 @@ def emulate(
     try:
         run_emulator(
             host, port, preset=preset, model=model, max_num_seqs=max_num_seqs, seed=seed,
-            persona=personality,
+            persona=personality, scheduling_policy=scheduling_policy,
         )  # fmt: skip
     except (KeyError, ValueError) as exc:
         err.print(f"[red]{exc}[/red]")

@@ -14,6 +14,10 @@ DEFAULT_MAX_TOKENS = 256
 MAX_N = 128
 """The most choices one request may ask for (vLLM has no cap of its own but its batch)."""
 CHARS_PER_TOKEN = 4
+PRIORITY_BOUND = 2**63
+"""``priority`` must lie in [-PRIORITY_BOUND, PRIORITY_BOUND): a signed 64-bit integer.
+vLLM's own field (``priority: int``) has no bound; the emulator keeps it to what a
+fixed-width integer holds rather than take arbitrarily large numbers."""
 
 _T = TypeVar("_T")
 
@@ -48,6 +52,9 @@ class CompletionRequest:
         ignore_eos: vLLM's extension: generate exactly ``max_tokens`` tokens.
         n: choices: as vLLM runs them, ``n`` sequences side by side in the engine (each
             up to ``max_tokens``), one usage covering all of them.
+        priority: vLLM's ``priority`` field (default 0, lower runs first); an engine
+            started with ``--scheduling-policy priority`` orders and preempts by it, an
+            ``fcfs`` one refuses any but 0 (``EngineRunner.submit``).
     """
 
     prompt_tokens: int
@@ -56,6 +63,7 @@ class CompletionRequest:
     include_usage: bool
     ignore_eos: bool
     n: int = 1
+    priority: int = 0
 
 
 def _invalid(message: str, param: str | None) -> ApiError:
@@ -149,13 +157,18 @@ def parse_request(raw: bytes, *, chat: bool, model: str) -> CompletionRequest:
     """Parse and validate a ``/v1/chat/completions`` or ``/v1/completions`` body.
 
     Raises:
-        ApiError: 400 for bad JSON or wrong types, or ``n`` outside 1…``MAX_N``; 404
-            when the body names a model other than ``model`` (an absent model means it).
+        ApiError: 400 for bad JSON or wrong types (a ``priority`` that is not an integer:
+            a string, a float or a boolean), ``n`` outside 1…``MAX_N`` or a ``priority``
+            outside a signed 64-bit integer; 404 when the body names a model other than
+            ``model`` (an absent model means it).
     """
     body = parse_body(raw, model)
     n = _field(body, "n", int, "an integer")
     if n is not None and not 1 <= n <= MAX_N:
         raise _invalid(f"'n' must be between 1 and {MAX_N}, got {n}", "n")
+    priority = _field(body, "priority", int, "an integer") or 0
+    if not -PRIORITY_BOUND <= priority < PRIORITY_BOUND:
+        raise _invalid(f"'priority' must be a signed 64-bit integer, got {priority}", "priority")
     options = _field(body, "stream_options", dict, "an object") or {}
     include_usage = _field(options, "include_usage", bool, "a boolean")
     return CompletionRequest(
@@ -165,6 +178,7 @@ def parse_request(raw: bytes, *, chat: bool, model: str) -> CompletionRequest:
         include_usage=bool(include_usage),
         ignore_eos=bool(_field(body, "ignore_eos", bool, "a boolean")),
         n=n or 1,
+        priority=priority,
     )
 
 

@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass
 from enum import StrEnum
 
+from sluicegate.emulator.openai_wire import ApiError
 from sluicegate.emulator.personalities.personality import EngineMetrics
 from sluicegate.emulator.text import FakeText
 from sluicegate.engine import Engine, StepResult
@@ -179,15 +180,31 @@ class EngineRunner:
         return req_id in self._live
 
     def submit(
-        self, req_id: str, prompt_tokens: int, max_tokens: int, *, ignore_eos: bool = False
+        self,
+        req_id: str,
+        prompt_tokens: int,
+        max_tokens: int,
+        *,
+        ignore_eos: bool = False,
+        priority: int = 0,
     ) -> RequestStream:
         """Queue a request in the engine and return the stream its events will arrive on.
 
+        ``priority`` (lower first) orders it only on an engine with
+        ``scheduling_policy="priority"``; an ``fcfs`` engine refuses any but 0 with
+        vLLM's message (``vllm/v1/engine``'s input processing).
+
         Raises:
+            ApiError: 400, a non-zero ``priority`` on an ``fcfs`` engine.
             ValueError: the engine refuses it (duplicate id, or too long for its KV cache).
         """
+        if priority != 0 and self._engine.config.scheduling_policy != "priority":
+            message = f"Got priority {priority} but Priority scheduling is not enabled."
+            raise ApiError(400, message, "invalid_request", "priority")
         now = asyncio.get_running_loop().time()
-        self._engine.add_request(req_id, prompt_tokens, max_tokens, now, ignore_eos=ignore_eos)
+        self._engine.add_request(
+            req_id, prompt_tokens, max_tokens, now, ignore_eos=ignore_eos, priority=priority
+        )
         stream = RequestStream(req_id, prompt_tokens, max_tokens, now, self._seed)
         self._live[req_id] = stream
         self._admitted += 1

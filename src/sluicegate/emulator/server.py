@@ -47,6 +47,7 @@ from sluicegate.emulator.runner import (
     RequestStream,
 )
 from sluicegate.engine import Engine, EngineConfig
+from sluicegate.engine.engine_config import parse_scheduling_policy
 from sluicegate.engine.presets import preset as engine_preset
 
 
@@ -153,6 +154,7 @@ class _EmulatorApi:
                         parsed.prompt_tokens,
                         parsed.max_tokens,
                         ignore_eos=parsed.ignore_eos,
+                        priority=parsed.priority,
                         param="messages" if chat else "prompt",
                     )
                 )
@@ -191,10 +193,13 @@ class _EmulatorApi:
         max_tokens: int,
         *,
         ignore_eos: bool = True,
+        priority: int = 0,
         param: str,
     ) -> RequestStream:
         try:
-            return self._runner.submit(req_id, prompt_tokens, max_tokens, ignore_eos=ignore_eos)
+            return self._runner.submit(
+                req_id, prompt_tokens, max_tokens, ignore_eos=ignore_eos, priority=priority
+            )
         except ValueError as exc:
             message = f"This request is too long for the emulated engine: {exc}"
             raise ApiError(400, message, "context_length_exceeded", param) from exc
@@ -290,6 +295,7 @@ def serve(
     max_num_seqs: int | None = None,
     seed: int = 0,
     persona: str = "vllm",
+    scheduling_policy: str = "fcfs",
 ) -> None:
     """Serve an engine preset over the OpenAI API until interrupted (``sluicegate emulate``).
 
@@ -301,12 +307,15 @@ def serve(
         max_num_seqs: overrides the preset's running-batch size.
         seed: seeds output lengths and fake text.
         persona: the engine it looks like (``personalities.PERSONALITIES``).
+        scheduling_policy: vLLM's ``--scheduling-policy``, ``fcfs`` or ``priority``.
 
     Raises:
         KeyError: unknown preset or personality.
-        ValueError: ``max_num_seqs`` out of range.
+        ValueError: ``max_num_seqs`` out of range, or an unknown ``scheduling_policy``.
     """
-    config = engine_preset(preset)
+    config = dataclasses.replace(
+        engine_preset(preset), scheduling_policy=parse_scheduling_policy(scheduling_policy)
+    )
     if max_num_seqs is not None:
         config = dataclasses.replace(config, max_num_seqs=max_num_seqs)
     app = build_app(config, model=model, seed=seed, persona=persona)

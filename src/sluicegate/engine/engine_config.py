@@ -14,6 +14,15 @@ SchedulingPolicy = Literal["fcfs", "priority"]
 SCHEDULING_POLICIES: tuple[str, ...] = get_args(SchedulingPolicy)
 
 
+def parse_scheduling_policy(name: str) -> SchedulingPolicy:
+    """``name`` as a ``SchedulingPolicy``; ``ValueError`` names the choices otherwise."""
+    if name == "fcfs":
+        return "fcfs"
+    if name == "priority":
+        return "priority"
+    raise ValueError(f"scheduling policy must be one of {list(SCHEDULING_POLICIES)}, got {name!r}")
+
+
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise ValueError(message)
