@@ -2,7 +2,8 @@
 
 It owns what each decision does to the simulated requests and replicas:
 
-* ``Admit`` → ``Engine.add_request`` on the chosen replica;
+* ``Admit`` → ``Engine.add_request`` on the chosen replica (with the ticket's priority
+  when its backend passes it through);
 * ``Preempt`` → ``Engine.abort``, then ``Scheduler.complete`` with the tokens produced,
   whose decisions are carried out in turn;
 * ``Reject`` / ``Expire`` → the request's outcome; ``Queued`` → its wait estimate;
@@ -78,7 +79,7 @@ class DecisionExecution:
         req = self.live[decision.ticket.id]
         rep = self.by_backend[decision.backend]
         rep.sync(self.event)
-        rep.add(req, now)
+        rep.add(req, now, decision.ticket.priority)
         self._touch(rep)
 
     def _preempt(self, decision: Preempt, now: float) -> list[Decision]:

@@ -17,6 +17,13 @@ that event comes. Anything that touches the replica earlier (an admission, a
 preemption, a scrape) first applies the steps that would have started by then
 (``sync``) and re-posts the one in flight, so every outcome, time and sample
 is the same as stepping one event at a time.
+
+Priority passthrough: a replica whose backend has ``priority_passthrough: true``
+hands the engine each ticket's priority (``add_request(priority=…)``; sluicegate's
+and vLLM's both run lower first), and its engine runs the priority policy
+(``EngineConfig.scheduling_policy="priority"``, set by the driver): the field is
+only useful, and vLLM only accepts a non-zero one, on an engine started with
+``--scheduling-policy priority``.
 """
 
 from __future__ import annotations
@@ -72,16 +79,25 @@ class Replica:
         history: start times of the steps since the wake that started this chain.
         origin: ``(time posted, sequence)`` of that wake.
         touched: the driver's mark: decisions at this instant gave it work (see ``resume``).
+        passthrough: hand the engine each request's priority (see the module docstring).
     """
 
     __slots__ = ("busy_s", "busy_until", "engine", "events", "history", "independent",
-                 "index", "inflight", "name", "origin", "running", "slot_s", "span", "steps",
-                 "touched", "waking")  # fmt: skip
+                 "index", "inflight", "name", "origin", "passthrough", "running", "slot_s",
+                 "span", "steps", "touched", "waking")  # fmt: skip
 
     def __init__(
-        self, index: int, name: str, config: EngineConfig, seed: int, events: EventQueue
+        self,
+        index: int,
+        name: str,
+        config: EngineConfig,
+        seed: int,
+        events: EventQueue,
+        *,
+        passthrough: bool = False,
     ) -> None:
         self.index = index
+        self.passthrough = passthrough
         self.name = name
         self.engine = Engine(config, seed=seed)
         self.events = events
@@ -99,8 +115,9 @@ class Replica:
 
     # ------------------------------------------------------------------ requests
 
-    def add(self, req: SimRequest, now: float) -> None:
-        """Hand an admitted request to the engine."""
+    def add(self, req: SimRequest, now: float, priority: int = 0) -> None:
+        """Hand an admitted request to the engine (with its ticket's ``priority`` if
+        ``passthrough``)."""
         req.runs += 1
         eid = req.ticket_id if req.runs == 1 else f"{req.ticket_id}~{req.runs}"
         req.eid = eid
@@ -113,6 +130,7 @@ class Replica:
         self.engine.add_request(
             eid, wl.prompt_tokens, wl.max_tokens, now,
             output_tokens=wl.output_tokens, prefix=wl.prefix,
+            priority=priority if self.passthrough else 0,
         )  # fmt: skip
         self.running[eid] = req
 

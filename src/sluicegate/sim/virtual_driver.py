@@ -9,10 +9,17 @@ tokens still pending in the replica's in-flight step.
 
 A request whose ``prompt + max_tokens`` the engine could never hold is never
 submitted (a gateway answers it 400 at once); its outcome is ``too_large``.
+
+A backend with ``priority_passthrough: true`` is a replica whose engine runs vLLM's
+priority scheduler (``scheduling_policy="priority"``) and receives each ticket's
+priority: passthrough means the engine was started with ``--scheduling-policy
+priority`` (vLLM refuses a non-zero priority otherwise). The others run ``engine``
+as given.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections.abc import Callable
@@ -61,6 +68,17 @@ def with_replicas(spec: SchedulerSpec, model: str, replicas: int) -> SchedulerSp
             m = m.model_copy(update={"backends": backends})
         models.append(m)
     return spec.model_copy(update={"models": tuple(models)})
+
+
+def _engine_of(backend: BackendSpec, engine: EngineConfig) -> EngineConfig:
+    """The engine a backend runs: ``engine``, with the priority policy under passthrough.
+
+    Raises:
+        ValueError: passthrough on an engine of independent servers (FCFS by definition).
+    """
+    if not backend.priority_passthrough:
+        return engine
+    return dataclasses.replace(engine, scheduling_policy="priority")
 
 
 def simulate(
@@ -128,9 +146,12 @@ class _Simulation(DecisionExecution):
         self.scheduler = Scheduler(spec)
         self.events = EventQueue()
         self.replicas = [
-            Replica(i, b.name, engine, seed + i, self.events)
+            Replica(
+                i, b.name, _engine_of(b, engine), seed + i, self.events,
+                passthrough=b.priority_passthrough,
+            )
             for i, b in enumerate(model_spec.backends)
-        ]
+        ]  # fmt: skip
         self.by_backend = {rep.name: rep for rep in self.replicas}
         order = sorted(range(len(workload)), key=lambda i: (workload[i].arrival_s, i))
         self.requests = [SimRequest(i, workload[i]) for i in range(len(workload))]
