@@ -4,6 +4,9 @@
 (``sluicegate emulate``). Streaming has the engine's real inter-token gaps, a
 client that disconnects aborts its request, and ``/metrics`` carries vLLM's
 metric names, so the gateway treats the emulator exactly as a vLLM backend.
+Started with ``--scheduling-policy priority`` it schedules by each request's
+``priority`` field as vLLM V1 does (waiting order, KV victims); under the default
+``fcfs`` a non-zero ``priority`` is refused with a 400, as vLLM refuses it.
 """
 
 from __future__ import annotations
