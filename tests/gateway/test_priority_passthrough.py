@@ -85,13 +85,17 @@ def test_the_engine_gets_the_tickets_priority(stream: bool) -> None:
     assert all(body["messages"] == [{"role": "user", "content": "hi"}] for body in bodies)
 
 
-def test_without_passthrough_the_body_goes_as_it_came() -> None:
-    """No field is added; a client's own ``priority`` is not rewritten."""
+@pytest.mark.parametrize("stream", [False, True])
+def test_without_passthrough_the_engine_never_sees_a_priority(stream: bool) -> None:
+    """No field is added, and the client's ``priority`` (sluicegate's, read at admission)
+    is taken out: vLLM refuses a non-zero one unless started with its priority scheduler,
+    and one that has it must not be steered past the tenant's cap. The rest of the body
+    is the client's."""
     with recording_gateway(passthrough=False) as (base, bodies):
-        _send(base, stream=False, priority=None)
-        _send(base, stream=False, priority=0)
-    assert "priority" not in bodies[0]
-    assert bodies[1]["priority"] == 0
+        _send(base, stream=stream, priority=None)
+        _send(base, stream=stream, priority=0)
+    assert all("priority" not in body for body in bodies)
+    assert all(body["messages"] == [{"role": "user", "content": "hi"}] for body in bodies)
 
 
 def test_passthrough_to_an_engine_without_a_priority_scheduler_is_refused() -> None:

@@ -3,7 +3,7 @@ and the body as the admitted backend's engine gets it."""
 
 from __future__ import annotations
 
-from sluicegate.gateway.request.engine_priority import with_priority
+from sluicegate.gateway.request.engine_priority import with_priority, without_priority
 from sluicegate.gateway.request.exchange import Exchange
 from sluicegate.gateway.state import GatewayState
 from sluicegate.gateway.streams.endpoint_kind import Endpoint
@@ -23,11 +23,12 @@ class Relay:
 
     def engine_body(self, exchange: Exchange, body: bytes) -> bytes:
         """``body`` as the admitted backend gets it: with the engine's priority field when
-        the backend has ``priority_passthrough``, else unchanged."""
+        the backend has ``priority_passthrough``, else without sluicegate's ``priority``
+        (``engine_priority``)."""
         ticket, admit = exchange.ticket, exchange.admit
         assert admit is not None
         field = self.state.priority_field(ticket.model, admit.backend)
         if field is None:
-            return body
+            return without_priority(body)
         value = self.state.profile(ticket.model, admit.backend).priority_value(ticket.priority)
         return with_priority(body, field, value)
