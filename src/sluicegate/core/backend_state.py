@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from sluicegate.core.circuit import CircuitBreaker, CircuitState
 from sluicegate.core.component_specs import BackendSpec
+from sluicegate.core.kv_index import BlockIndex
 
 
 class BackendState:
@@ -22,6 +23,7 @@ class BackendState:
         probe_healthy: the last active health probe's verdict.
         circuit: passive health from request outcomes.
         metrics_at: when the engine's metrics were last scraped well (None: never).
+        kv_index: the blocks its engine holds, as its KV events say (None: no events).
         stale_after_s: how old they may get before the backend counts as full.
     """
 
@@ -29,6 +31,7 @@ class BackendState:
         "circuit",
         "inflight",
         "kv_cache_usage",
+        "kv_index",
         "metrics_at",
         "num_requests_running",
         "num_requests_waiting",
@@ -50,6 +53,7 @@ class BackendState:
         self.num_requests_running: int | None = None
         self.probe_healthy = True
         self.metrics_at: float | None = None
+        self.kv_index: BlockIndex | None = None
         self.stale_after_s = stale_after_s
 
     @property

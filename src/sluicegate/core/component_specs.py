@@ -28,6 +28,37 @@ EngineKind = Literal[
 ``tests/engines`` holds them equal)."""
 
 
+class KvEventsSpec(FrozenSpec):
+    """Where a backend's engine publishes its KV cache events (vLLM's
+    ``--kv-events-config``: a ZMQ PUB ``endpoint``, a ROUTER ``replay_endpoint``, a
+    ``topic``), and how much of them the gateway remembers."""
+
+    endpoint: str = Field(pattern=r"^tcp://[^\s]+:\d+$")
+    replay_endpoint: str | None = Field(None, pattern=r"^tcp://[^\s]+:\d+$")
+    topic: str = Field("", max_length=256)
+    max_blocks: int = Field(1_000_000, ge=1, le=100_000_000)
+
+
+class PrefixRoutingSpec(FrozenSpec):
+    """How a model's prompts are cut into KV blocks for precise prefix routing, and when
+    the ``precise_prefix`` router stops following a prefix (``core/prefix_blocks.py``).
+
+    ``block_tokens`` must be the engines' block size and ``chars_per_token`` the same
+    rule the engines' events were hashed with. ``recent_ttl_s``: how long the router
+    remembers where it sent a prompt's blocks before the engine announces them.
+    ``max_ttft_penalty_ms``: follow a prefix while the chosen backend's queued prefill
+    would cost at most this much time to first token (sticky until saturated; None:
+    always follow it). ``prefill_tokens_per_s``: the engines' prefill rate the penalty
+    is computed with (None: learned from the answers' time to first token).
+    """
+
+    block_tokens: int = Field(16, ge=1, le=4096)
+    chars_per_token: int = Field(4, ge=1, le=64)
+    recent_ttl_s: float = Field(2.0, ge=0.0, le=600.0)
+    max_ttft_penalty_ms: float | None = Field(500.0, gt=0.0, le=600_000.0)
+    prefill_tokens_per_s: float | None = Field(None, gt=0.0)
+
+
 class BackendSpec(FrozenSpec):
     """One engine replica serving a model.
 
@@ -37,7 +68,8 @@ class BackendSpec(FrozenSpec):
     text is when not at the profile's path on ``url`` (Triton and Ray Serve export on a
     port of their own). ``priority_passthrough``: add the engine's priority field to
     each request from its sluicegate priority, for an engine started with its priority
-    scheduler (``config.py`` refuses it for an engine that has none).
+    scheduler (``config.py`` refuses it for an engine that has none). ``kv_events``:
+    subscribe to the engine's KV cache events, for the ``precise_prefix`` router.
     """
 
     name: str = Field(min_length=1)
@@ -47,6 +79,7 @@ class BackendSpec(FrozenSpec):
     engine: EngineKind = "vllm"
     metrics_url: str | None = Field(None, pattern=r"^https?://")
     priority_passthrough: bool = False
+    kv_events: KvEventsSpec | None = None
 
 
 class AdaptiveSpec(FrozenSpec):

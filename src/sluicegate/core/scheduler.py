@@ -36,7 +36,7 @@ end does to its backend and teaches the model, are ``ModelRuntime``'s
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from sluicegate.core.admission import admit_granted, admit_waiting
 from sluicegate.core.core_errors import UnknownModelError
@@ -44,6 +44,7 @@ from sluicegate.core.decisions import Decision, ErrorCode, Expire, Queued
 from sluicegate.core.entry import Entry, State
 from sluicegate.core.estimate import set_remote
 from sluicegate.core.intake import arrive, expire, offer, refuse_bounced
+from sluicegate.core.kv_index import BlockIndex, KvEvent
 from sluicegate.core.preemption import preempt_for_blocked, stop_for_store
 from sluicegate.core.pressure import lane_ceilings
 from sluicegate.core.ratelimit import TenantRateLimiter
@@ -218,6 +219,17 @@ class Scheduler(SchedulerState):
         out: list[Decision] = []
         self._dispatch(model, now, out)
         return out
+
+    def observe_kv_events(
+        self, model: str, backend: str, events: Sequence[KvEvent], max_blocks: int
+    ) -> None:
+        """KV cache events of one backend's engine, in the order it sent them: its block
+        index (at most ``max_blocks`` blocks, created on the first events) follows them.
+        They decide nothing by themselves; the next routing decision reads the index."""
+        state = self._model(model).backend(backend)
+        if state.kv_index is None:
+            state.kv_index = BlockIndex(max_blocks)
+        state.kv_index.apply(events)
 
     def grant(self, ticket_id: TicketId, now: float) -> list[Decision]:
         """Distributed mode: the store granted a global slot to a ticket ``Reserve`` offered.

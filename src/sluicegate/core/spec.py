@@ -17,7 +17,13 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from sluicegate.core.component_specs import AdaptiveSpec, BackendSpec, FrozenSpec
+from sluicegate.core.component_specs import (
+    AdaptiveSpec,
+    BackendSpec,
+    FrozenSpec,
+    KvEventsSpec,
+    PrefixRoutingSpec,
+)
 from sluicegate.core.limits import LIMITS
 from sluicegate.core.policies import FAIRNESS, resolve_policy
 from sluicegate.core.routing import ROUTERS
@@ -27,9 +33,11 @@ __all__ = [
     "AdaptiveSpec",
     "AfterFraction",
     "BackendSpec",
+    "KvEventsSpec",
     "LaneSpec",
     "ModelSpec",
     "Preemptibility",
+    "PrefixRoutingSpec",
     "SchedulerSpec",
     "TenantSpec",
     "default_lanes",
@@ -169,6 +177,7 @@ class ModelSpec(FrozenSpec):
     lanes: tuple[LaneSpec, ...] = Field(default_factory=default_lanes)
     max_concurrency: int = Field(64, ge=1, le=1_000_000)
     max_inflight_tokens: Annotated[int, Field(ge=1)] | Literal["auto"] | None = "auto"
+    prefix_routing: PrefixRoutingSpec = Field(default_factory=PrefixRoutingSpec)
     router: str = "least_inflight"
     adaptive: AdaptiveSpec | None = None
     circuit_failures: int = Field(5, ge=1, description="consecutive failures that open a circuit")

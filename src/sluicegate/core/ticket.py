@@ -32,6 +32,8 @@ class Ticket:
         true_output_tokens: the real output length, known only in simulation
             (for the ``oracle`` policy).
         prefix_key: a hash of the leading prompt text, for prefix-affinity routing.
+        block_hashes: the prompt's KV block hashes (``core/prefix_blocks``), for
+            precise prefix routing; empty when not computed.
         streaming: whether the client streams (a streamed request can't be
             transparently re-run after preemption).
         units: engine sequences the request runs at once (its ``n`` choices): it
@@ -51,6 +53,7 @@ class Ticket:
     predicted_output_tokens: int | None = None
     true_output_tokens: int | None = None
     prefix_key: int | None = None
+    block_hashes: tuple[int, ...] = ()
     streaming: bool = False
     units: int = 1
 
