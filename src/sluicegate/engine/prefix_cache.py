@@ -29,10 +29,14 @@ class PrefixCache:
     :meth:`trim` (or of the call's own ``capacity`` argument).
     """
 
-    __slots__ = ("_blocks", "hit_tokens", "query_tokens")
+    __slots__ = ("_blocks", "_events", "hit_tokens", "query_tokens", "recording")
 
     def __init__(self) -> None:
         self._blocks: OrderedDict[int, None] = OrderedDict()
+        self.recording = False
+        """Whether stores and evictions are kept for :meth:`drain_events` (an engine that
+        publishes KV events); off, nothing is kept."""
+        self._events: list[tuple[bool, int]] = []  # (stored, block), in order
         self.query_tokens = 0
         """Prompt tokens of admissions that looked the cache up (vLLM ``prefix_cache_queries``)."""
         self.hit_tokens = 0
@@ -83,6 +87,8 @@ class PrefixCache:
     def insert(self, hashes: Sequence[int], capacity: int) -> None:
         """Cache ``hashes`` as most recently used (the last one most), then trim to ``capacity``."""
         blocks = self._blocks
+        if self.recording:
+            self._events.extend((True, block) for block in hashes if block not in blocks)
         for block in hashes:
             blocks[block] = None
             blocks.move_to_end(block)
@@ -98,7 +104,16 @@ class PrefixCache:
         """Evict least recently used blocks until at most ``max(capacity, 0)`` remain."""
         blocks = self._blocks
         while len(blocks) > max(capacity, 0):
-            blocks.popitem(last=False)
+            evicted, _ = blocks.popitem(last=False)
+            if self.recording:
+                self._events.append((False, evicted))
+
+    def drain_events(self) -> list[tuple[bool, int]]:
+        """``(stored, block)`` for every block cached (True) or evicted (False) since the
+        last drain, in the order it happened (an engine's ``BlockStored`` and
+        ``BlockRemoved``); empty unless ``recording``."""
+        events, self._events = self._events, []
+        return events
 
     def lru_order(self) -> list[int]:
         """The cached hashes, least recently used first (for inspection and tests)."""
