@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from sluicegate.core.component_specs import EngineKind
 from sluicegate.engine_profiles import PROFILES, EngineProfile, Reading, scan
 from sluicegate.gateway.request.replies import relayed_error
+from sluicegate.gateway.request.stream_errors import openai_error_events
 from sluicegate.gateway.streams.assemble import StreamAssembler
 from sluicegate.gateway.streams.scanner import SseScanner
 from sluicegate.gateway.streams.sse import payloads_of
@@ -167,3 +168,25 @@ def test_a_reading_has_the_fields_the_fixtures_name() -> None:
         for group in ("metrics", "info"):
             for reading in expected(engine).get(group, {}).values():
                 assert set(reading) <= fields, (engine, reading)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_error_mid_stream_reaches_the_client_in_openais_shape(engine: str) -> None:
+    """The recorded error stream, as the relay writes its events again: the engine's error
+    event in OpenAI's shape with the engine's message, every other event as it was."""
+    profile = PROFILES[engine]
+    streams = expected(engine)["streams"]
+    for name, want in streams.items():
+        if not want["error"]:
+            continue
+        payloads = payloads_of((folder(engine) / name).read_bytes())
+        rewritten = payloads_of(openai_error_events(profile, payloads))
+        assert len(rewritten) == len(payloads), name
+        errors = [orjson.loads(p) for p in rewritten if b'"error"' in p]
+        assert len(errors) == 1, name
+        error = errors[0]["error"]
+        assert set(error) == {"message", "type", "code", "param"}, name
+        assert isinstance(error["code"], str), name
+        assert error["message"], name
+        kept = [p for p in rewritten if b'"error"' not in p]
+        assert kept == [p for p in payloads if b'"error"' not in p], name

@@ -13,12 +13,14 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from sluicegate.core.ticket import Feedback, Outcome, Usage
+from sluicegate.engine_profiles import EngineProfile
 from sluicegate.gateway.http_errors import GatewayError
 from sluicegate.gateway.request.admission_wait import admission
 from sluicegate.gateway.request.exchange import Exchange
 from sluicegate.gateway.request.interrupts import Interrupt, WaitInterruptedError
 from sluicegate.gateway.request.relay import Relay
 from sluicegate.gateway.request.replies import error_event, preempted_chunk, relay_answer
+from sluicegate.gateway.request.stream_errors import openai_error_events
 from sluicegate.gateway.state import GatewayState
 from sluicegate.gateway.streams.endpoint_kind import Endpoint
 from sluicegate.gateway.streams.scanner import SseScanner
@@ -116,10 +118,7 @@ class StreamRelay(Relay):
         if response.status != 200 or response.content_type != "text/event-stream":
             body = await self._read_whole(exchange, response)
             if body is not None:
-                admit = exchange.admit
-                assert admit is not None
-                profile = self.state.profile(exchange.ticket.model, admit.backend)
-                await relay_answer(exchange, profile, response.status, body)
+                await relay_answer(exchange, self._profile(exchange), response.status, body)
             return
         await exchange.open_stream()
         progress = _Progress()
@@ -229,6 +228,7 @@ class StreamRelay(Relay):
                     progress.received += len(data)
                     interrupts.upstream.after(idle_s)
                     whole, payloads = splitter.feed(data)
+                    was_error = scanner.error
                     if payloads and scanner.scan_all(payloads):
                         if progress.ttft_s is None:
                             progress.ttft_s = driver.now() - ticket.arrival
@@ -238,6 +238,8 @@ class StreamRelay(Relay):
                         return _EVENT_TOO_LARGE
                     if scanner.malformed:
                         return _MALFORMED
+                    if scanner.error and not was_error:
+                        whole = openai_error_events(self._profile(exchange), payloads)
                     if whole:
                         interrupts.client.after(stall_s)
                         await stream(whole)
@@ -261,6 +263,11 @@ class StreamRelay(Relay):
             interrupts.client.clear()
             handle.on_preempt = None
         return self._at_end_of_stream(progress)
+
+    def _profile(self, exchange: Exchange) -> EngineProfile:
+        admit = exchange.admit
+        assert admit is not None
+        return self.state.profile(exchange.ticket.model, admit.backend)
 
     @staticmethod
     def _at_end_of_stream(progress: _Progress) -> _Ending:
