@@ -10,7 +10,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -44,10 +44,10 @@ class RayServe:
 
 @pytest.fixture(scope="module")
 def ray_serve() -> Iterator[RayServe]:
-    """Ray Serve forwarding to an emulator of the ``tiny`` preset; stopped by SIGTERM to
-    the app's process group (it shuts Serve and its Ray cluster down)."""
+    """Ray Serve forwarding to an emulator of the ``tiny`` preset at 10 ms a step (a load
+    lasts seconds); stopped by SIGTERM to the app (it shuts Serve and its cluster down)."""
     with (
-        run_emulator(preset("tiny")) as engine,
+        run_emulator(replace(preset("tiny"), base_s=0.01)) as engine,
         tempfile.TemporaryDirectory(prefix="rs", dir="/tmp") as temp,
     ):
         http_port, metrics_port = unused_port(), unused_port()

@@ -76,8 +76,8 @@ def main(
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     stop.wait()
-    serve.shutdown()
-    ray.shutdown()  # type: ignore[no-untyped-call]
+    serve.shutdown()  # type: ignore[no-untyped-call]
+    ray.shutdown()
 
 
 if __name__ == "__main__":
