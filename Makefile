@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install llama-server system-deps lint typecheck test test-compiled test-fast demo bench bench-micro clean
+.PHONY: install llama-server system-deps lint typecheck test test-compiled test-ray test-fast demo bench bench-micro clean
 
 ENGINE_STAMP := $(VENV)/.installed-engine
 
@@ -72,8 +72,14 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 test: system-deps lint typecheck $(ENGINE_STAMP) $(LLAMA_SERVER)
-	$(BIN)/pytest
+	$(BIN)/pytest --ignore=tests/rayserve
 	$(MAKE) test-compiled
+	$(MAKE) test-ray
+
+# A real Ray Serve (its own cluster of processes, ~10 s to start, ~20 s in all) between
+# the gateway and an emulator; kept out of the main suite's run for its weight.
+test-ray: $(STAMP)
+	$(BIN)/pytest -q -p no:cacheprovider -m rayserve tests/rayserve
 
 # The wheel, which compiles the core with mypyc by default (setup.py), must pass the same
 # core suite. Built with pip's build isolation, as a user's `pip install .` is.
@@ -86,7 +92,7 @@ test-compiled: $(STAMP)
 
 # Everything but the real-engine tests; needs no llama.cpp build.
 test-fast: system-deps $(STAMP)
-	$(BIN)/pytest -x -q -m "not realengine"
+	$(BIN)/pytest -x -q -m "not realengine" --ignore=tests/rayserve
 
 demo: $(STAMP)
 	$(BIN)/sluicegate demo

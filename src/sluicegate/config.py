@@ -194,6 +194,14 @@ class Config(BaseModel):
             from sluicegate.store.redis_url import check_cluster_url
 
             check_cluster_url(self.store)
+        for model in self.models:
+            for backend in model.backends:
+                if backend.engine == "ray-serve" and backend.metrics_url is None:
+                    raise ValueError(
+                        f"model {model.name!r} backend {backend.name!r}: engine ray-serve "
+                        "needs metrics_url (Ray's metrics agent exports Serve's metrics on "
+                        "its own port, ray start --metrics-export-port)"
+                    )
         names = [model.name for model in self.models]
         if len(set(names)) != len(names):
             raise ValueError(f"model names must be unique, got {names}")

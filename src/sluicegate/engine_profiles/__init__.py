@@ -10,6 +10,7 @@ from __future__ import annotations
 from sluicegate.engine_profiles.llama_server import LlamaCppPythonProfile, LlamaServerProfile
 from sluicegate.engine_profiles.profile import EngineError, EngineProfile, Reading
 from sluicegate.engine_profiles.prometheus_text import Samples, scan
+from sluicegate.engine_profiles.ray_serve import RayServeProfile
 from sluicegate.engine_profiles.sglang import SGLangProfile
 from sluicegate.engine_profiles.tgi import TGIProfile
 from sluicegate.engine_profiles.trtllm import TensorRTLLMProfile
@@ -35,6 +36,7 @@ PROFILES: dict[str, EngineProfile] = {
         TGIProfile(),
         TensorRTLLMProfile(),
         SGLangProfile(),
+        RayServeProfile(),
     )
 }
 

@@ -116,6 +116,11 @@ class EngineProfile:
         """Whether an engine 4xx is in truth the engine's own failure (answered 502)."""
         return False
 
+    def busy(self, status: int, body: bytes) -> bool:
+        """Whether an answer says the engine is full in a shape of its own (relayed as an
+        engine 429: a drop for the adaptive limit, nothing against the circuit)."""
+        return False
+
     def priority_value(self, priority: int) -> int:
         """The value of ``priority_field`` for a sluicegate priority (lower runs first)."""
         return priority

@@ -62,8 +62,12 @@ def relayed_error(profile: EngineProfile, status: int, body: bytes) -> tuple[int
     the engine was not started with, e.g. llama-server's embeddings) and a 500 its profile
     says is the request's own fault (``client_fault``: a 400, so no client can open a
     circuit). An engine 4xx keeps its status and message, unless its profile says it is
-    the engine's own failure (``engine_fault``: a 502).
+    the engine's own failure (``engine_fault``: a 502). An answer the profile reads as
+    ``busy`` (Ray Serve's backpressure 503) is an engine 429 with the engine's text.
     """
+    if profile.busy(status, body):
+        message = body.decode(errors="replace").strip() or "the engine is full"
+        return 429, error_body(429, _ENGINE_CODES[429], message)
     try:
         answer = orjson.loads(body)
     except orjson.JSONDecodeError:

@@ -1,0 +1,107 @@
+"""sluicegate in front of a real Ray Serve (2 replicas × ``max_ongoing_requests=2``) in
+front of the emulator: what the gateway reads from Ray's metrics agent, requests end to
+end through the official SDK, and what Ray's own queue does to the gateway's order."""
+
+from __future__ import annotations
+
+import threading
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import openai
+import pytest
+
+from sluicegate.config import parse_config
+from sluicegate.engine_profiles import Reading, profile
+from sluicegate.gateway.app import build_app
+from sluicegate.gateway.ops.scrape import parse_engine_metrics
+from tests.emulator.emulator_harness import MODEL
+from tests.gateway.gateway_harness import (
+    ADMIN_KEY,
+    start_server,
+    stop_servers,
+    wait_until,
+)
+from tests.rayserve.conftest import MAX_ONGOING, REPLICAS, RayServe
+
+pytestmark = pytest.mark.rayserve
+
+RAY_SLOTS = REPLICAS * MAX_ONGOING
+
+
+def _reading(serve: RayServe) -> Reading:
+    with urllib.request.urlopen(serve.metrics_url, timeout=5) as answer:
+        return parse_engine_metrics(profile("ray-serve"), answer.read().decode())
+
+
+@contextmanager
+def _gateway(serve: RayServe, max_concurrency: int) -> Iterator[str]:
+    text = (
+        f"models:\n  - name: {MODEL}\n    max_concurrency: {max_concurrency}\n"
+        f"    backends:\n      - {{name: ray, url: '{serve.url}', engine: ray-serve,"
+        f" metrics_url: '{serve.metrics_url}'}}\n"
+        "    lanes:\n      - {name: interactive}\n"
+    )
+    app = build_app(parse_config(text), environ={"SLUICEGATE_ADMIN_KEY": ADMIN_KEY})
+    running = start_server(app)
+    try:
+        yield f"http://127.0.0.1:{running.port}"
+    finally:
+        stop_servers([running])
+
+
+def _stream(base_url: str, tokens: int, lane: str | None = None) -> str:
+    headers = {} if lane is None else {"x-sluicegate-lane": lane}
+    with openai.OpenAI(base_url=base_url + "/v1", api_key="x", max_retries=0, timeout=60) as sdk:
+        stream = sdk.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "hello"}],
+            max_tokens=tokens,
+            stream=True,
+            extra_headers=headers,
+        )
+        return "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+
+
+def test_ray_serve_starts_and_is_healthy(ray_serve: RayServe) -> None:
+    """Serve's proxy answers its health path as the profile reads it, and the metrics
+    agent exports the replicas' gauge (0 while idle)."""
+    with urllib.request.urlopen(ray_serve.url + "/-/healthz", timeout=5) as answer:
+        assert profile("ray-serve").healthy(answer.status)
+    assert wait_until(lambda: _reading(ray_serve).running == 0, within_s=30, every_s=0.5)
+    print(f"ray serve start-up: {ray_serve.start_s:.1f} s")
+
+
+def test_requests_pass_end_to_end_with_the_sdk(ray_serve: RayServe) -> None:
+    """Non-streamed and streamed chat through gateway → Ray Serve → engine."""
+    with _gateway(ray_serve, 8) as base:
+        with openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0, timeout=60) as sdk:
+            answer = sdk.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=12
+            )
+        assert answer.choices[0].message.content
+        assert answer.usage is not None
+        assert answer.usage.completion_tokens == 12
+        assert _stream(base, 9)
+
+
+def test_the_gateway_reads_rays_running_and_queue_under_load(ray_serve: RayServe) -> None:
+    """Twelve streams of ~3 s each straight at Ray: its metrics say at most 4 running (2 replicas ×
+    2) with the rest in its router's queue, as the gateway's profile reads the agent's page."""
+    workers = [
+        threading.Thread(target=_stream, args=(ray_serve.url, 300), daemon=True) for _ in range(12)
+    ]
+    for worker in workers:
+        worker.start()
+    seen: list[Reading] = []
+
+    def loaded() -> bool:
+        seen.append(_reading(ray_serve))
+        return (seen[-1].waiting or 0) > 0 and seen[-1].running == RAY_SLOTS
+
+    assert wait_until(loaded, within_s=20, every_s=0.2), seen[-5:]
+    assert all((r.running or 0) <= RAY_SLOTS for r in seen)
+    print(f"under load: {seen[-1]}")
+    for worker in workers:
+        worker.join(timeout=60)
