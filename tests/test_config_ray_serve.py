@@ -20,7 +20,7 @@ def test_ray_serve_without_metrics_url_is_refused_naming_the_backend() -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(_config(backend))
     message = str(info.value)
-    assert "'serve-a'" in message
+    assert "backends[serve-a].metrics_url" in message
     assert "metrics_url" in message
     assert "ray-serve" in message
 

@@ -194,14 +194,6 @@ class Config(BaseModel):
             from sluicegate.store.redis_url import check_cluster_url
 
             check_cluster_url(self.store)
-        for model in self.models:
-            for backend in model.backends:
-                if backend.engine == "ray-serve" and backend.metrics_url is None:
-                    raise ValueError(
-                        f"model {model.name!r} backend {backend.name!r}: engine ray-serve "
-                        "needs metrics_url (Ray's metrics agent exports Serve's metrics on "
-                        "its own port, ray start --metrics-export-port)"
-                    )
         names = [model.name for model in self.models]
         if len(set(names)) != len(names):
             raise ValueError(f"model names must be unique, got {names}")
@@ -232,6 +224,9 @@ class Config(BaseModel):
         for backend in model.backends:
             engine = profile(backend.engine)
             where = f"models[{model.name}].backends[{backend.name}]"
+            if engine.metric_names and engine.metrics_path is None and not backend.metrics_url:
+                why = "exports its metrics on a port of its own (ray start --metrics-export-port)"
+                raise ValueError(f"{where}.metrics_url: engine {engine.name!r} {why}: give it")
             if backend.priority_passthrough and engine.priority_field is None:
                 raise ValueError(
                     f"{where}.priority_passthrough: engine {engine.name!r} has no priority "
