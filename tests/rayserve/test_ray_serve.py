@@ -105,3 +105,84 @@ def test_the_gateway_reads_rays_running_and_queue_under_load(ray_serve: RayServe
     print(f"under load: {seen[-1]}")
     for worker in workers:
         worker.join(timeout=60)
+
+
+def _gateway_lanes(serve: RayServe, cap: int) -> str:
+    """Gateway config: model cap ``cap``; an ``interactive`` lane admitted before a
+    ``batch`` lane (lane order), each up to the cap; Ray scraped every 0.2 s."""
+    return (
+        "server: {scrape_interval_s: 0.2}\n"
+        f"models:\n  - name: {MODEL}\n    max_concurrency: {cap}\n"
+        f"    backends:\n      - {{name: ray, url: '{serve.url}', engine: ray-serve,"
+        f" metrics_url: '{serve.metrics_url}'}}\n"
+        f"    lanes:\n      - {{name: interactive, max_concurrency: {cap}}}\n"
+        f"      - {{name: batch, max_concurrency: {cap}, policy: fifo}}\n"
+    )
+
+
+def _interactive_ttft(serve: RayServe, cap: int) -> tuple[float, int]:
+    """Ten long batch streams, then one interactive stream: its time to first token, and
+    the most requests the gateway saw waiting in Ray's own queue meanwhile."""
+    import time
+
+    app = build_app(
+        parse_config(_gateway_lanes(serve, cap)), environ={"SLUICEGATE_ADMIN_KEY": ADMIN_KEY}
+    )
+    running = start_server(app)
+    base = f"http://127.0.0.1:{running.port}"
+    try:
+        failures: list[BaseException] = []
+
+        def one_batch() -> None:
+            try:
+                _stream(base, 200, "batch")
+            except Exception as exc:  # kept for the assertion below
+                failures.append(exc)
+
+        batch = [threading.Thread(target=one_batch, daemon=True) for _ in range(10)]
+        for worker in batch:
+            worker.start()
+        waiting = 0
+
+        def rays_queue() -> int:
+            from tests.gateway.gateway_harness import http_call
+
+            state = http_call(base, "GET", "/admin/state", key=ADMIN_KEY).json()
+            backends = state["models"][0]["backends"]
+            return int(backends[0]["num_requests_waiting"] or 0)
+
+        assert wait_until(lambda: _reading(serve).running == RAY_SLOTS, 20, 0.1), failures
+        time.sleep(0.5)  # the rest of the batch settles in whichever queue holds it
+        waiting = max(waiting, rays_queue())
+        with openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0, timeout=60) as sdk:
+            started = time.monotonic()
+            stream = sdk.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "now"}], max_tokens=4,
+                stream=True, extra_headers={"x-sluicegate-lane": "interactive"},
+            )  # fmt: skip
+            ttft = None
+            for chunk in stream:
+                if ttft is None and chunk.choices and chunk.choices[0].delta.content:
+                    ttft = time.monotonic() - started
+        for worker in batch:
+            worker.join(timeout=60)
+    finally:
+        stop_servers([running])
+    assert ttft is not None
+    return ttft, waiting
+
+
+def test_rays_fifo_queue_undoes_the_gateways_order_unless_the_cap_holds_the_queue(
+    ray_serve: RayServe,
+) -> None:
+    """Ray Serve queues what its replicas cannot take in its router, first come first
+    served: with the gateway's cap above Ray's slots (12 > 2 × 2) the batch streams sit in
+    Ray's queue (the gateway reads it there) and an interactive request waits behind them;
+    with the cap at Ray's slots they wait in the gateway, whose lane order lets the
+    interactive request run at the next free slot — at least twice as soon."""
+    above, waiting_in_ray = _interactive_ttft(ray_serve, 12)
+    at_slots, waiting_at_slots = _interactive_ttft(ray_serve, RAY_SLOTS)
+    print(f"interactive TTFT: cap 12 {above:.2f} s, cap {RAY_SLOTS} {at_slots:.2f} s")
+    assert waiting_in_ray > 0
+    assert waiting_at_slots == 0
+    assert at_slots * 2 < above

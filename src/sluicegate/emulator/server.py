@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gzip
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -130,8 +131,15 @@ class _EmulatorApi:
         return Response(status_code=200)
 
     async def metrics(self, request: Request) -> Response:
-        """The personality's metrics path: Prometheus text with its engine's names."""
-        return Response(self._metrics.render(), media_type=self._metrics.content_type)
+        """The personality's metrics path: Prometheus text with its engine's names, gzipped
+        for a client that accepts it where the engine's exporter does so."""
+        page = self._metrics.render()
+        if self._persona.gzip_metrics and "gzip" in request.headers.get("accept-encoding", ""):
+            headers = {"content-encoding": "gzip", "vary": "Accept-Encoding"}
+            return Response(
+                gzip.compress(page), headers=headers, media_type=self._metrics.content_type
+            )
+        return Response(page, media_type=self._metrics.content_type)
 
     def _error(self, exc: ApiError) -> Response:
         """A refusal in the personality's own error shape."""

@@ -18,6 +18,7 @@ from sluicegate.engine import Engine
 class LlamaServerPersonality(Personality):
     """``llama-server --metrics``."""
 
+    gzip_metrics = False  # its exporter answers plain text only
     name = "llama-server"
     priority_field = None
 

@@ -54,6 +54,9 @@ class Personality:
     """The ``--personality`` value, the same as the engine's profile name."""
     health_path: str = "/health"
     metrics_path: str = "/metrics"
+    gzip_metrics: bool = True
+    """Whether its metrics page is gzipped for a client that accepts gzip, as
+    prometheus-client's exporters (vLLM's, SGLang's, trtllm-serve's, Ray's) do."""
     keepalive_s: float | None = None
     """Seconds of silence after which a stream sends an SSE comment (``:``), as engines
     served by axum or sse-starlette do; None: never."""

@@ -27,6 +27,7 @@ _CAPACITY = re.compile(r"KV capacity of (\d+) tokens")
 class TGIPersonality(Personality):
     """TGI's router (``text-generation-launcher``)."""
 
+    gzip_metrics = False  # its exporter answers plain text only
     name = "tgi"
     keepalive_s = 15.0
     priority_field = None

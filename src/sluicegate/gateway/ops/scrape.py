@@ -33,6 +33,10 @@ from sluicegate.gateway.state import GatewayState
 PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
 METRICS_RETRY_POLLS = 30
 NO_METRICS_STATUSES = frozenset({404, 501})  # 501: llama-server without ``--metrics``
+IDENTITY = {"Accept-Encoding": "identity"}
+"""Asked of every probe, scrape and info read: the upstream session does not decompress
+(it relays bodies as they come), and prometheus-client's exporters — vLLM's, Ray's —
+gzip the page for a client that accepts it (aiohttp's default header does)."""
 MAX_SCRAPE_BYTES = 8 * 1024 * 1024
 """The most of a metrics page or info document read: a broken engine's endless answer
 must not take the gateway's memory."""
@@ -66,7 +70,8 @@ def stats_from(
 async def probe(session: aiohttp.ClientSession, url: str, engine: EngineProfile) -> bool:
     """Whether the engine at ``url`` is up: its health path answers as its profile says."""
     try:
-        async with session.get(url + (engine.health_path or "/"), timeout=PROBE_TIMEOUT) as r:
+        path = url + (engine.health_path or "/")
+        async with session.get(path, timeout=PROBE_TIMEOUT, headers=IDENTITY) as r:
             return engine.healthy(r.status)
     except (TimeoutError, aiohttp.ClientError):
         return False
@@ -79,7 +84,7 @@ class _NoMetricsError(SluicegateError):
 async def _fetch(session: aiohttp.ClientSession, url: str) -> tuple[int, bytes] | None:
     """Status and body (at most ``MAX_SCRAPE_BYTES``) of a GET; None if it failed."""
     try:
-        async with session.get(url, timeout=PROBE_TIMEOUT) as response:
+        async with session.get(url, timeout=PROBE_TIMEOUT, headers=IDENTITY) as response:
             parts, size = [], 0
             async for part in response.content.iter_chunked(64 * 1024):
                 size += len(part)
