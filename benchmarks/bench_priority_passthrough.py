@@ -25,9 +25,14 @@ With passthrough the replica's engine runs vLLM's priority scheduler (V1: waitin
 by (priority, arrival), KV victim the largest (priority, arrival); no preemption to admit)
 and gets each ticket's priority; without it, FCFS. Each figure is the median over
 ``--seeds`` seeds (each seed draws the tenant mix and seeds the engine), with the range.
-A live run against the emulator waits for the gateway side of passthrough.
+With ``--live`` it runs the live phase instead (``priority_passthrough_live.py``): one
+seed of the same mix in real time through ``sluicegate serve`` in front of ``sluicegate
+emulate --scheduling-policy priority``, with and without passthrough, each figure beside
+the simulator's for the same requests and configuration (about 3 minutes).
 
     python benchmarks/bench_priority_passthrough.py [--seeds 5] [--write docs/POLICIES.md]
+    python benchmarks/bench_priority_passthrough.py --live [--seed 0] [--rho 0.9]
+        [--duration-s 50] [--write docs/POLICIES.md]
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from mdsection import write_section
+from priority_passthrough_live import MAX_NUM_SEQS, run_live
 from sluicegate.config import parse_config
 from sluicegate.core.spec import SchedulerSpec
 from sluicegate.engine.presets import preset
@@ -146,12 +152,48 @@ def run(args: argparse.Namespace) -> tuple[list[str], float, float, int]:
     return rows, capacity.rps, trace_rps, len(trace)
 
 
+def live_table(args: argparse.Namespace) -> str:
+    """The live phase's Markdown: command, set-up, and per passthrough and tenant the live
+    and simulated p99s."""
+    rows, notes = run_live(
+        args, trace_path=TRACE, mix=MIX, model=MODEL, preset_name=PRESET, tenants=TENANTS
+    )
+    command = (
+        f"python benchmarks/bench_priority_passthrough.py --live --seed {args.seed} "
+        f"--rho {args.rho:g} --duration-s {args.duration_s:g} --write docs/POLICIES.md"
+    )
+    return "\n".join([
+        f"Command: `{command}` (trace `data/traces/{TRACE.name}`, mix `{MIX}`; "
+        f"`sluicegate emulate --preset {PRESET} --max-num-seqs {MAX_NUM_SEQS} "
+        "--scheduling-policy priority`, fresh per run, behind `sluicegate serve` with "
+        "`max_inflight_tokens: off` and 1024 slots; simulated: the same configuration and "
+        "requests). " + " ".join(notes) + " p99s in seconds: live from the request's "
+        "launch, simulated from its arrival.",
+        "",
+        "| passthrough | tenant | live ok | live TTFT p99 | sim TTFT p99 | live/sim "
+        "| live e2e p99 | sim e2e p99 | live/sim |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        *rows,
+    ])  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Simulate every set-up, load and seed; print (or write) the Markdown table."""
+    """Simulate every set-up, load and seed (or, with ``--live``, run the live phase);
+    print (or write) the Markdown table."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5, help="seeds 0 … N−1")
+    parser.add_argument("--live", action="store_true", help="the live phase instead")
+    parser.add_argument("--seed", type=int, default=0, help="--live: seed of the tenant mix")
+    parser.add_argument("--rho", type=float, default=0.9, help="--live: offered ÷ capacity")
+    parser.add_argument("--duration-s", type=float, default=50.0, help="--live: arrivals span")
     parser.add_argument("--write", type=Path, default=None, help="Markdown file to update")
     args = parser.parse_args(argv)
+    if args.live:
+        table = live_table(args)
+        print(table)
+        if args.write is not None:
+            write_section(args.write, "priority_passthrough_live", table)
+        return 0
     rows, capacity, trace_rps, requests = run(args)
     command = "python benchmarks/bench_priority_passthrough.py"
     if args.seeds != 5:

@@ -124,12 +124,22 @@ class LiveStack:
         self.log_dir = log_dir
         self._count = 0
 
-    def engine(self, model: str, preset: str, *, max_num_seqs: int | None = None) -> Process:
-        """Start ``sluicegate emulate`` serving ``model`` with the engine ``preset``."""
+    def engine(
+        self,
+        model: str,
+        preset: str,
+        *,
+        max_num_seqs: int | None = None,
+        scheduling_policy: str | None = None,
+    ) -> Process:
+        """Start ``sluicegate emulate`` serving ``model`` with the engine ``preset`` (and
+        ``--max-num-seqs``, ``--scheduling-policy`` when given)."""
         port = free_port()
         args = ["emulate", "--port", str(port), "--preset", preset, "--model", model]
         if max_num_seqs is not None:
             args += ["--max-num-seqs", str(max_num_seqs)]
+        if scheduling_policy is not None:
+            args += ["--scheduling-policy", scheduling_policy]
         return self._start(f"engine-{model}", args, port, "/health")
 
     def gateway(
