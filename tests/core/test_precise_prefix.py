@@ -107,6 +107,19 @@ def test_longest_cached_prefix_wins(pool_state: list[tuple[set[int], int, float]
     assert inflight_per_weight(chosen) == min(inflight_per_weight(b) for b in tied)
 
 
+def test_an_unavailable_holder_is_never_chosen() -> None:
+    """Engines holding the whole prompt but down, tripped or full lose it to an available
+    one holding nothing; with none available there is no choice."""
+    pool = [holding(backend(name, max_concurrency=1), HASHES) for name in ("down", "open", "full")]
+    pool[0].probe_healthy = False
+    pool[1].circuit.trip(0.0)
+    pool[2].inflight = 1
+    cold = backend("cold")
+    r = router([*pool, cold])
+    assert r.choose(prompt_ticket(1), SERVICE_S, [*pool, cold], NOW) is cold
+    assert r.choose(prompt_ticket(2), SERVICE_S, pool, NOW) is None
+
+
 def test_a_longer_prefix_beats_a_lighter_load() -> None:
     """Stickiness: the backend holding 30 blocks takes the ticket over an idle one holding
     10, though it already runs 3 requests."""
