@@ -33,13 +33,14 @@ def pick_and_run(router: Router, pool: Sequence[BackendState], keys: Sequence[in
         chosen.predicted_work_s += SERVICE_S
 
 
-def test_registry_lists_the_four_strategies() -> None:
+def test_registry_lists_the_five_strategies() -> None:
     """The registry lists every strategy under its documented name."""
     assert router_names() == {
         "round_robin",
         "least_inflight",
         "least_expected_time",
         "prefix_affinity",
+        "precise_prefix",
     }
 
 

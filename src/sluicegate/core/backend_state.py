@@ -8,6 +8,10 @@ from collections.abc import Sequence
 from sluicegate.core.circuit import CircuitBreaker, CircuitState
 from sluicegate.core.component_specs import BackendSpec
 from sluicegate.core.kv_index import BlockIndex
+from sluicegate.core.ticket import Ticket
+
+PREFILL_RATE_SMOOTHING = 0.2
+"""Weight of the newest sample in a backend's learned prefill rate (an EWMA)."""
 
 
 class BackendState:
@@ -24,6 +28,11 @@ class BackendState:
         circuit: passive health from request outcomes.
         metrics_at: when the engine's metrics were last scraped well (None: never).
         kv_index: the blocks its engine holds, as its KV events say (None: no events).
+        prefill_backlog_tokens: uncached prompt tokens of the tickets running on it that
+            have no first token yet (what its engine must still prefill, as charged at
+            dispatch by ``uncached_tokens``).
+        prefill_tokens_per_s: its learned prefill rate (``learn_prefill_rate``; None: no
+            sample yet).
         stale_after_s: how old they may get before the backend counts as full.
     """
 
@@ -36,6 +45,8 @@ class BackendState:
         "num_requests_running",
         "num_requests_waiting",
         "predicted_work_s",
+        "prefill_backlog_tokens",
+        "prefill_tokens_per_s",
         "probe_healthy",
         "spec",
         "stale_after_s",
@@ -54,6 +65,8 @@ class BackendState:
         self.probe_healthy = True
         self.metrics_at: float | None = None
         self.kv_index: BlockIndex | None = None
+        self.prefill_backlog_tokens = 0
+        self.prefill_tokens_per_s: float | None = None
         self.stale_after_s = stale_after_s
 
     @property
@@ -89,6 +102,27 @@ class BackendState:
         if self.metrics_at is not None and self.metrics_stale(now):
             return False
         return self.circuit.allows(now)
+
+    def uncached_tokens(self, ticket: Ticket, block_tokens: int) -> int:
+        """The prompt tokens its engine must compute for ``ticket``: all but those of the
+        leading blocks of ``ticket.block_hashes`` (of ``block_tokens``) its ``kv_index`` holds."""
+        index, hashes = self.kv_index, ticket.block_hashes
+        if index is None or not hashes:
+            return ticket.prompt_tokens
+        return max(0, ticket.prompt_tokens - block_tokens * index.match(hashes))
+
+    def learn_prefill_rate(self, tokens: int, ttft_s: float) -> None:
+        """A ticket's first token came ``ttft_s`` after its dispatch with ``tokens`` to
+        prefill ahead of it and its own: one sample of the prefill rate, ``tokens / ttft_s``,
+        folded into ``prefill_tokens_per_s`` (the first sample is taken as it is).
+        A sample of no tokens or no time says nothing and is ignored."""
+        if tokens <= 0 or ttft_s <= 0.0:
+            return
+        sample = tokens / ttft_s
+        rate = self.prefill_tokens_per_s
+        self.prefill_tokens_per_s = (
+            sample if rate is None else rate + PREFILL_RATE_SMOOTHING * (sample - rate)
+        )
 
 
 UNAVAILABLE_RETRY_S = 5.0

@@ -47,6 +47,10 @@ class Entry:
             ``shed_hopeless``, its latest start if that comes first.
         expires_hopeless: whether ``expire_at`` is the latest start.
         charged_tokens: tokens taken from the tenant's rate limit, to refund on release.
+        prefill_tokens: while running without a first token, its uncached prompt tokens
+            counted in its backend's ``prefill_backlog_tokens`` (0 otherwise).
+        prefill_ahead: the backend's backlog at its dispatch plus its own uncached tokens:
+            what its time to first token teaches the backend's prefill rate.
     """
 
     ticket: Ticket
@@ -73,6 +77,8 @@ class Entry:
     expire_at: float = 0.0
     expires_hopeless: bool = False
     charged_tokens: int = 0
+    prefill_tokens: int = 0
+    prefill_ahead: int = 0
 
     def __lt__(self, other: Entry) -> bool:
         """Submission order, so an entry may close a heap item (seq is unique: never reached)."""

@@ -125,7 +125,7 @@ class ModelRuntime:
         self.backend_slots: int | None = (
             sum(c for c in caps if c is not None) if caps and None not in caps else None
         )
-        self.router: Router = make_router(spec.router, self.backends)
+        self.router: Router = make_router(spec.router, self.backends, spec.prefix_routing)
         self.limit: Limit | None = (
             make_limit(spec.adaptive, spec.max_concurrency) if spec.adaptive is not None else None
         )
@@ -282,7 +282,7 @@ class ModelRuntime:
         """Count ``entry`` (just taken out of ``lane``'s queue) as running on ``backend``.
 
         It takes an own slot of its lane, or a borrowed one when ``borrowing``;
-        its tokens join the budget and its predicted work the backend's.
+        its tokens join the budget, its predicted work and uncached prompt the backend's.
         """
         lane.queue.on_admit(entry)
         entry.state = State.RUNNING
@@ -304,6 +304,10 @@ class ModelRuntime:
         self.running_by_priority[ticket.priority] += units
         backend.inflight += units
         backend.predicted_work_s += entry.service_s
+        uncached = backend.uncached_tokens(ticket, self.spec.prefix_routing.block_tokens)
+        entry.prefill_tokens = uncached
+        backend.prefill_backlog_tokens += uncached
+        entry.prefill_ahead = backend.prefill_backlog_tokens
         backend.circuit.on_dispatch(now)
 
     def release(self, entry: Entry, completion_tokens: int, *, served: bool = True) -> None:
@@ -330,6 +334,8 @@ class ModelRuntime:
         backend.predicted_work_s -= entry.service_s
         if backend.inflight == 0:
             backend.predicted_work_s = 0.0
+        backend.prefill_backlog_tokens -= entry.prefill_tokens
+        entry.prefill_tokens = 0
         if entry.preempted_for is not None:
             self.lanes[entry.preempted_for].pending_preempts -= 1
             entry.preempted_for = None
@@ -385,6 +391,8 @@ class ModelRuntime:
                 ttft_s=usage.ttft_s,
                 duration_s=now - entry.admitted_at,
             )
+            if usage.ttft_s is not None:
+                self.backend(entry.backend).learn_prefill_rate(entry.prefill_ahead, usage.ttft_s)
         if self.limit is not None:
             report_outcome(
                 self.limit, usage, elapsed_s=now - entry.admitted_at, inflight=self.running + units

@@ -189,10 +189,15 @@ class Scheduler(SchedulerState):
         return out
 
     def progress(self, ticket_id: TicketId, generated_tokens: int) -> None:
-        """A running ticket has generated ``generated_tokens`` so far (streaming drivers)."""
+        """A running ticket has generated ``generated_tokens`` so far (streaming drivers).
+        Its first token ends its prefill: its backend's prefill backlog drops its share."""
         entry = self._entries.get(ticket_id)
         if entry is not None:
             entry.generated_tokens = generated_tokens
+            if generated_tokens > 0 and entry.prefill_tokens and entry.state is not State.QUEUED:
+                backend = self._models[entry.ticket.model].backend(entry.backend)
+                backend.prefill_backlog_tokens -= entry.prefill_tokens
+                entry.prefill_tokens = 0
 
     def tick(self, now: float) -> list[Decision]:
         """Time passed: expire overdue tickets, then admit and preempt as needed."""

@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sluicegate.core.backend_state import BackendState
+from sluicegate.core.component_specs import PrefixRoutingSpec
 from sluicegate.core.registry import Registry
 from sluicegate.core.routing.least_expected_time import LeastExpectedTimeRouter
 from sluicegate.core.routing.least_inflight import LeastInflightRouter
+from sluicegate.core.routing.precise_prefix import PrecisePrefixRouter
 from sluicegate.core.routing.prefix_affinity import PrefixAffinityRouter
 from sluicegate.core.routing.round_robin import RoundRobinRouter
 from sluicegate.core.routing.router import Router, RouterFactory
@@ -20,6 +22,7 @@ __all__ = [
     "ROUTERS",
     "LeastExpectedTimeRouter",
     "LeastInflightRouter",
+    "PrecisePrefixRouter",
     "PrefixAffinityRouter",
     "RoundRobinRouter",
     "Router",
@@ -33,6 +36,7 @@ _STRATEGIES: tuple[RouterFactory, ...] = (
     LeastInflightRouter,
     LeastExpectedTimeRouter,
     PrefixAffinityRouter,
+    PrecisePrefixRouter,
 )
 ROUTERS: Registry[RouterFactory] = Registry("router", ((r.name, r) for r in _STRATEGIES))
 
@@ -42,10 +46,13 @@ def router_names() -> frozenset[str]:
     return ROUTERS.names()
 
 
-def make_router(name: str, backends: Sequence[BackendState]) -> Router:
-    """A new router of strategy ``name`` for ``backends``.
+def make_router(
+    name: str, backends: Sequence[BackendState], prefix_routing: PrefixRoutingSpec | None = None
+) -> Router:
+    """A new router of strategy ``name`` for ``backends``, with the model's
+    ``prefix_routing`` settings (None: the defaults; only ``precise_prefix`` reads them).
 
     Raises:
         KeyError: ``name`` is not registered; the message lists the choices.
     """
-    return ROUTERS.get(name)(backends)
+    return ROUTERS.get(name)(backends, prefix_routing)

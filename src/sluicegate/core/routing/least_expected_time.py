@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from sluicegate.core.backend_state import BackendState
+from sluicegate.core.component_specs import PrefixRoutingSpec
 from sluicegate.core.routing.least_inflight import inflight_per_weight, pick_min
 from sluicegate.core.ticket import Ticket
 
@@ -56,7 +57,9 @@ class LeastExpectedTimeRouter:
 
     name: ClassVar[str] = "least_expected_time"
 
-    def __init__(self, backends: Sequence[BackendState]) -> None:
+    def __init__(
+        self, backends: Sequence[BackendState], prefix_routing: PrefixRoutingSpec | None = None
+    ) -> None:
         self._cursor = 0
 
     def choose(

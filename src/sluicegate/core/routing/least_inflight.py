@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from sluicegate.core.backend_state import BackendState
+from sluicegate.core.component_specs import PrefixRoutingSpec
 from sluicegate.core.ticket import Ticket
 
 
@@ -50,7 +51,9 @@ class LeastInflightRouter:
 
     name: ClassVar[str] = "least_inflight"
 
-    def __init__(self, backends: Sequence[BackendState]) -> None:
+    def __init__(
+        self, backends: Sequence[BackendState], prefix_routing: PrefixRoutingSpec | None = None
+    ) -> None:
         self._cursor = 0
 
     def choose(

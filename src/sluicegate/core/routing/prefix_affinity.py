@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from sluicegate.core.backend_state import BackendState
+from sluicegate.core.component_specs import PrefixRoutingSpec
 from sluicegate.core.routing.least_inflight import LeastInflightRouter
 from sluicegate.core.ticket import Ticket
 
@@ -41,6 +42,7 @@ class PrefixAffinityRouter:
     def __init__(
         self,
         backends: Sequence[BackendState],
+        prefix_routing: PrefixRoutingSpec | None = None,
         *,
         load_factor: float = 1.25,
         vnodes_per_weight: int = 100,

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from sluicegate.core.backend_state import BackendState
+from sluicegate.core.component_specs import PrefixRoutingSpec
 from sluicegate.core.ticket import Ticket
 
 
@@ -23,7 +24,9 @@ class RoundRobinRouter:
 
     name: ClassVar[str] = "round_robin"
 
-    def __init__(self, backends: Sequence[BackendState]) -> None:
+    def __init__(
+        self, backends: Sequence[BackendState], prefix_routing: PrefixRoutingSpec | None = None
+    ) -> None:
         self._score: dict[str, float] = {b.name: 0.0 for b in backends}
 
     def choose(

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import ClassVar, Protocol
 
 from sluicegate.core.backend_state import BackendState
+from sluicegate.core.component_specs import PrefixRoutingSpec
 from sluicegate.core.ticket import Ticket
 
 
@@ -33,13 +34,17 @@ class Router(Protocol):
 
 
 class RouterFactory(Protocol):
-    """What ``ROUTERS`` holds: a router class, built once per model with its backends."""
+    """What ``ROUTERS`` holds: a router class, built once per model with its backends and
+    the model's ``prefix_routing`` settings (which only ``precise_prefix`` reads; every
+    other router accepts and ignores them, so one factory call builds any strategy)."""
 
     @property
     def name(self) -> str:
         """The name ``ModelSpec.router`` uses for this strategy."""
         ...
 
-    def __call__(self, backends: Sequence[BackendState]) -> Router:
-        """A router for ``backends``."""
+    def __call__(
+        self, backends: Sequence[BackendState], prefix_routing: PrefixRoutingSpec | None = None
+    ) -> Router:
+        """A router for ``backends`` (``prefix_routing`` None: the defaults)."""
         ...

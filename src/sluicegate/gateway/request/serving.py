@@ -32,6 +32,7 @@ from sluicegate.gateway.request.classify import (
     classify,
     estimate_prompt_tokens,
     parse_body,
+    prompt_block_hashes,
 )
 from sluicegate.gateway.request.exchange import Exchange
 from sluicegate.gateway.request.relay_stream import StreamRelay
@@ -258,6 +259,7 @@ class Serving:
             arrival=arrival,
             deadline=None if kind.deadline_ms is None else arrival + kind.deadline_ms / 1000.0,
             prefix_key=zlib.crc32(parsed.prefix.encode()) if parsed.prefix else None,
+            block_hashes=prompt_block_hashes(parsed, model),
             streaming=parsed.stream,
             units=units,
         )
