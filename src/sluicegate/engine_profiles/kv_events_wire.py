@@ -38,9 +38,9 @@ import msgpack  # type: ignore[import-untyped]  # ships no type hints
 
 from sluicegate.core.kv_index import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
 
-MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
-"""The largest batch decoded; a vLLM step's batch is a few hundred kilobytes at most
-(token ids of ``max_num_batched_tokens`` prompt tokens and one hash per block)."""
+MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
+"""The largest batch decoded; a vLLM step's batch is tens of kilobytes (the token ids of
+at most ``max_num_batched_tokens`` prompt tokens, 8192 by default, and a hash per block)."""
 MAX_ITEMS = 1 << 20
 """The longest array in a batch (events, block hashes, token ids)."""
 MAX_MAP_ITEMS = 1024
