@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from types import TracebackType
 
 import zmq
 
@@ -114,10 +113,5 @@ class KvPublisher:
     def __enter__(self) -> KvPublisher:
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -4,6 +4,7 @@ gateway subscribed to it, and what ``/admin/state`` and ``/metrics`` then say.""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +18,8 @@ from sluicegate.core.kv_index import AllBlocksCleared, BlockRemoved, BlockStored
 from sluicegate.engine_profiles.kv_events_wire import MAX_PAYLOAD_BYTES, pack_seq
 from sluicegate.gateway.app import build_app as build_gateway
 from sluicegate.gateway.ops.kv_metrics import OUTCOMES
+from sluicegate.gateway.ops.kv_subscriber import KvSubscribers
+from sluicegate.gateway.state import GatewayState
 from tests.gateway.gateway_harness import (
     ADMIN_KEY,
     MODEL,
@@ -199,3 +202,35 @@ def test_a_flood_keeps_the_index_bounded_and_the_gateway_answering() -> None:
                 blocks = live.blocks()
                 assert blocks is None or blocks <= 500
         live.settle(500, applied=3000)
+
+
+async def test_subscribers_stop_cleanly() -> None:
+    """``stop`` ends every stream's task and closes the ZMQ context, with a batch applied
+    before; ``of`` gives None when no backend has ``kv_events``."""
+    with KvPublisher() as publisher:
+        config = parse_config(
+            f"models:\n  - name: {MODEL}\n    backends:\n"
+            f"      - {{name: e0, url: 'http://127.0.0.1:1', kv_events: {{endpoint:"
+            f" '{publisher.endpoint}', topic: kv-events}}}}\n"
+            f"      - {{name: e1, url: 'http://127.0.0.1:2'}}\n"
+        )
+        state = GatewayState(config, {})
+        subscribers = KvSubscribers.of(state)
+        assert subscribers is not None
+        assert [(s.model, s.backend) for s in subscribers.streams] == [(MODEL, "e0")]
+        subscribers.start()
+        await asyncio.to_thread(publisher.wait_subscribed)
+        publisher.publish([BlockStored((1, 2))])
+        for _ in range(200):
+            if state.scheduler.view(MODEL).backends[0].kv_index_blocks == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert state.scheduler.view(MODEL).backends[0].kv_index_blocks == 2
+        tasks = list(subscribers.tasks)
+        await subscribers.stop()
+        assert all(task.done() for task in tasks)
+        assert subscribers.closed
+    plain = parse_config(
+        f"models:\n  - name: {MODEL}\n    backends: [{{name: e0, url: 'http://h:1'}}]\n"
+    )
+    assert KvSubscribers.of(GatewayState(plain, {})) is None

@@ -232,7 +232,7 @@ class KvSubscribers:
             BackendKvStream(self._ctx, model, backend, spec, state.driver, self.metrics)
             for model, backend, spec in backends
         ]
-        self._tasks: list[asyncio.Task[None]] = []
+        self.tasks: list[asyncio.Task[None]] = []
 
     @classmethod
     def of(cls, state: GatewayState) -> KvSubscribers | None:
@@ -245,16 +245,21 @@ class KvSubscribers:
         ]
         return cls(state, backends) if backends else None
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``stop`` closed the sockets (they cannot start again)."""
+        return bool(self._ctx.closed)
+
     def start(self) -> None:
         """Start following every stream (on the running loop)."""
-        self._tasks = [asyncio.create_task(stream.run()) for stream in self.streams]
+        self.tasks = [asyncio.create_task(stream.run()) for stream in self.streams]
 
     async def stop(self) -> None:
         """Stop every stream and close their sockets."""
-        for task in self._tasks:
+        for task in self.tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in self.tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        self._tasks = []
+        self.tasks = []
         self._ctx.destroy(linger=0)
