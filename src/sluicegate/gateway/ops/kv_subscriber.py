@@ -180,10 +180,16 @@ class BackendKvStream:
         dealer = _open(self._ctx, zmq.DEALER, endpoint)
         try:
             async with asyncio.timeout(REPLAY_DEADLINE_S):
-                await dealer.send_multipart([b"", pack_seq(start)])
+                # A DEALER with no peer blocks on send: the replay socket is down.
+                request = dealer.send_multipart([b"", pack_seq(start)])
+                await asyncio.wait_for(request, REPLAY_REPLY_TIMEOUT_MS / 1000)
                 return await self._receive_replay(dealer, start, stop)
-        except (TimeoutError, KvWireError) as exc:
-            log.info("KV events of %s/%s: replay failed: %s", *self._key(), exc)
+        except TimeoutError:
+            log.info("KV events of %s/%s: replay timed out", *self._key())
+            return False
+        except KvWireError as exc:
+            log.info("KV events of %s/%s: malformed replay: %s", *self._key(), exc)
+            self._count("malformed")
             return False
         finally:
             dealer.close(linger=0)
