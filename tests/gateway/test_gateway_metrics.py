@@ -10,7 +10,19 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from tests.gateway.gateway_harness import ADMIN_KEY, MODEL, http_call, stack, wait_until
+from sluicegate.config import parse_config
+from sluicegate.gateway.app import build_app as build_gateway
+from sluicegate.gateway.ops.kv_metrics import OUTCOMES
+from tests.gateway.gateway_harness import (
+    ADMIN_KEY,
+    MODEL,
+    http_call,
+    stack,
+    start_server,
+    stop_servers,
+    unused_port,
+    wait_until,
+)
 
 KEY_A = "sk-canary-metrics-a-5d3c"
 KEY_R = "sk-canary-metrics-r-9e1f"
@@ -220,3 +232,36 @@ def test_stream_without_usage_counts_only_generated_tokens() -> None:
         if s.name == "sluicegate_tokens_total" and s.labels["kind"] == "completion"
     ]
     assert completion == [7 + 7]
+
+
+@pytest.mark.parametrize(
+    ("family", "kind"),
+    [("sluicegate_kv_events", "counter"), ("sluicegate_kv_index_blocks", "gauge")],
+)
+def test_kv_event_metrics_are_exposed_with_their_types(family: str, kind: str) -> None:
+    """With a backend subscribed to KV events (DESIGN §10), both families parse as their
+    type, every outcome and the index size at 0 before any event; a backend without
+    ``kv_events`` has neither."""
+    config = parse_config(
+        f"models:\n  - name: {MODEL}\n    backends:\n"
+        f"      - {{name: e0, url: 'http://127.0.0.1:{unused_port()}',"
+        f" kv_events: {{endpoint: 'tcp://127.0.0.1:{unused_port()}'}}}}\n"
+        f"      - {{name: e1, url: 'http://127.0.0.1:{unused_port()}'}}\n"
+    )
+    running = start_server(build_gateway(config, scrape=False))
+    try:
+        text = _metrics(f"http://127.0.0.1:{running.port}")
+    finally:
+        stop_servers([running])
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families[family].type == kind
+    suffix = {"counter": "_total", "gauge": ""}[kind]
+    samples = {
+        (s.labels["backend"], s.labels.get("outcome")): s.value for s in families[family].samples
+    }
+    if kind == "counter":
+        assert set(samples) == {("e0", o) for o in OUTCOMES}
+    else:
+        assert set(samples) == {("e0", None)}
+    assert set(samples.values()) == {0.0}
+    assert all(s.name == family + suffix for s in families[family].samples)

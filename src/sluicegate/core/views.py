@@ -39,7 +39,8 @@ class BackendView:
     ``healthy`` is whether it takes traffic at the view's time (``BackendState.healthy``);
     ``circuit`` is the circuit's state at that time. ``metrics_age_s``: seconds since its
     engine's metrics were last scraped well (None: never); ``metrics_stale``: too long
-    (``ModelSpec.metrics_stale_after_s``), so it counts as full.
+    (``ModelSpec.metrics_stale_after_s``), so it counts as full. ``kv_index_blocks``:
+    the blocks its engine holds as its KV events say (None: no events yet).
     """
 
     name: str
@@ -52,6 +53,7 @@ class BackendView:
     num_requests_running: int | None
     metrics_age_s: float | None
     metrics_stale: bool
+    kv_index_blocks: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +111,7 @@ def view_model(model: ModelRuntime, now: float) -> ModelView:
                 num_requests_running=backend.num_requests_running,
                 metrics_age_s=None if backend.metrics_at is None else now - backend.metrics_at,
                 metrics_stale=backend.metrics_stale(now),
+                kv_index_blocks=None if backend.kv_index is None else len(backend.kv_index),
             )
             for backend in model.backends
         ),

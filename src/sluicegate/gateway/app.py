@@ -26,6 +26,7 @@ from sluicegate.gateway.edge_protocol import ConnectionLimits, uvicorn_protocol_
 from sluicegate.gateway.http_errors import GatewayError, error_response
 from sluicegate.gateway.ops.admin import NO_STORE_PREFIXES, AdminBatches, no_store
 from sluicegate.gateway.ops.dashboard import Dashboard
+from sluicegate.gateway.ops.kv_subscriber import KvSubscribers
 from sluicegate.gateway.ops.ops_endpoints import Ops
 from sluicegate.gateway.ops.scrape import poll_forever
 from sluicegate.gateway.request.handlers import InferenceHandler
@@ -147,6 +148,7 @@ def build_app(
         for endpoint in ("chat", "completions", "embeddings")
     }
     batches = BatchLane.of(state, inference, ops.topology)
+    kv_events = KvSubscribers.of(state)
     if batches is not None:
         ops.batch_progress = batches.progress
 
@@ -156,6 +158,8 @@ def build_app(
         if state.link is not None:
             await state.link.start(state.driver)
         poller = asyncio.create_task(poll_forever(state)) if scrape else None
+        if kv_events is not None:
+            kv_events.start()
         pressure = None
         if state.pressure is not None:
             apply = state.driver.set_pressure
@@ -176,6 +180,8 @@ def build_app(
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
+            if kv_events is not None:
+                await kv_events.stop()
             state.driver.close()
             if state.link is not None:
                 await state.link.close()
@@ -200,6 +206,7 @@ def build_app(
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
     app.state.gateway = state
     app.state.batches = batches
+    app.state.kv_events = kv_events
     return GatewayApp(state, app, inference)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, assert_never
 
 from sluicegate.core.decisions import (
@@ -30,6 +30,7 @@ from sluicegate.core.decisions import (
     Reserve,
 )
 from sluicegate.core.entry import State
+from sluicegate.core.kv_index import KvEvent
 from sluicegate.core.ratelimit import TenantRateLimiter
 from sluicegate.core.retry import retry_wait_s
 from sluicegate.core.scheduler import Scheduler
@@ -158,6 +159,13 @@ class SchedulerDriver:
     def observe(self, stats: BackendStats) -> None:
         """Feed a health probe or metrics scrape to the scheduler."""
         self._execute(self.scheduler.observe_backend(stats, self._clock()))
+
+    def observe_kv_events(
+        self, model: str, backend: str, events: Sequence[KvEvent], max_blocks: int
+    ) -> None:
+        """Feed a backend's KV cache events to the scheduler (``gateway/ops/kv_subscriber.py``);
+        they decide nothing by themselves."""
+        self.scheduler.observe_kv_events(model, backend, events, max_blocks)
 
     def set_pressure(self, stage: int, *, retry_s: float) -> None:
         """Cluster pressure moved to ``stage`` (``gateway/ops/pressure_loop.py``)."""

@@ -212,6 +212,7 @@ class Ops:
                             "engine": self.state.profile(name, b.name).name,
                             "metrics_age_s": b.metrics_age_s,
                             "metrics_stale": b.metrics_stale,
+                            "kv_index_blocks": b.kv_index_blocks,
                         }
                         for b in view.backends
                     ],
