@@ -129,7 +129,7 @@ def test_bad_frames_refused(frames: list[bytes]) -> None:
         msgpack.packb([1.0, {}]),
         msgpack.packb([1.0, [], "rank"]),
         msgpack.packb([1.0, [5]]),
-        msgpack.packb([1.0, [["Unknown", [1]]]]),
+        msgpack.packb([1.0, [[7, [1]]]]),
         msgpack.packb([1.0, [["BlockStored", [1]]]]),
         msgpack.packb([1.0, [["BlockRemoved"]]]),
         msgpack.packb([1.0, [["BlockRemoved", "notalist"]]]),
@@ -163,3 +163,13 @@ def test_bounds() -> None:
         decode_batch(too_long)
     at_bound = msgpack.packb([1.0, [["BlockRemoved", [0] * MAX_ITEMS]]])
     assert decode_batch(at_bound)[1] == [BlockRemoved((0,) * MAX_ITEMS)]
+
+
+def test_an_event_of_a_kind_it_does_not_read_is_skipped() -> None:
+    """A newer engine's kind (a string this reader does not know) is skipped, the batch's
+    other events kept: one new kind must not cost the whole index."""
+    payload = msgpack.packb(
+        [1.0, [["BlockUpdated", [1]], {"type": "BlockRemoved", "block_hashes": [2]}]]
+    )
+    assert decode_batch(payload) == (1.0, [BlockRemoved((2,))])
+
