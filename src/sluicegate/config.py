@@ -111,20 +111,14 @@ class TenantConfig(TenantSpec):
 
 
 class SimulationSpec(BaseModel):
-    """What the simulator needs beyond the gateway's config: the engine and how many replicas.
-
-    ``kv_event_delay_s``: how long after an engine step its KV cache events reach the
-    scheduler, when the engines publish them (a backend with ``kv_events``, or the
-    ``precise_prefix`` router; ``sim/replica_kv_events.py``); ``simulate`` refuses a
-    non-zero one for a model whose engines publish none.
-    """
+    """What the simulator needs beyond the gateway's config: the engine and how many replicas."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     preset: str = "llama-3.1-8b-h100"
     replicas: int = Field(1, ge=1, le=10_000)
     scrape_interval_s: float = Field(1.0, gt=0.0)
-    kv_event_delay_s: float = Field(0.0, ge=0.0, le=60.0)
+    kv_event_delay_s: float = Field(0.0, ge=0.0, le=60.0, description="KV events' lag, s")
 
 
 STALE_SCRAPES = 5
