@@ -76,8 +76,8 @@ def prefix_table(labels: Sequence[str], runs: Sequence[Mapping[str, PrefixCounts
     ``None`` when no run looked anything up."""
     if not any(PrefixCounts.total(r.values()).requests for r in runs):
         return None
-    table = Table(title="prefix cache hits (tokens / requests)", title_justify="left")
-    table.add_column("replica")
+    table = Table(title="prefix cache hits", title_justify="left")
+    table.add_column("tokens / requests")
     for label in labels:
         table.add_column(label, justify="right")
     table.add_row("all", *(_cell(PrefixCounts.total(r.values())) for r in runs))
