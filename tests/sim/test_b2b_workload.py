@@ -106,13 +106,18 @@ def test_the_cli_option_parses_and_refuses() -> None:
 
 
 def test_simulate_runs_it_and_reports_hits(tmp_path: Path) -> None:
-    """``simulate --b2b-workload`` runs and its results carry prefix-cache hit rates."""
+    """``simulate --b2b-workload`` runs and its results carry prefix-cache hit rates; of
+    its 20 customers the 12 busiest get tables, the rest only a note."""
     out = tmp_path / "out"
-    args = ["simulate", "--b2b-workload", "4:6:2048", "--duration", "20", "--replicas", "2",
+    args = ["simulate", "--b2b-workload", "4:20:2048:0", "--duration", "30", "--replicas", "2",
             "--out", str(out), "--workers", "1"]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "prefix cache hits" in result.output
+    assert result.output.count("tenant cust") == 12
+    assert "8 quieter tenants" in result.output
+    tenants = json.loads((out / "results.json").read_text())["policies"]["config"]["tenants"]
+    assert len(tenants) == 20
     prefix = json.loads((out / "results.json").read_text())["policies"]["config"]["prefix_cache"]
     assert sorted(prefix["replicas"]) == ["r0", "r1"]
     assert 0.5 < prefix["token_hit_rate"] < 1.0

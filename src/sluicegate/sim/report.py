@@ -209,9 +209,11 @@ _ROWS: tuple[GroupRow, ...] = (
 )
 
 
-def group_table(title: str, groups: Mapping[str, GroupStats | None]) -> Table:
+def group_table(
+    title: str, groups: Mapping[str, GroupStats | None], caption: str | None = None
+) -> Table:
     """A table with one column per policy (``groups`` maps policy label → its stats)."""
-    table = Table(title=title, title_justify="left")
+    table = Table(title=title, title_justify="left", caption=caption)
     table.add_column("metric (times in s)")
     for label in groups:
         table.add_column(label, justify="right")
@@ -296,14 +298,12 @@ def comparison_tables(summaries: Sequence[Summary]) -> list[Table]:
             tables.append(group_table(f"lane {lane}", groups))
     if len(tenants) > 1:
         shown = _busiest(tenants, summaries)
+        hidden = len(tenants) - len(shown)
+        note = f"{hidden} quieter tenants are only in results.json" if hidden else None
         for tenant in shown:
-            tables.append(
-                group_table(f"tenant {tenant}", {s.label: s.tenants.get(tenant) for s in summaries})
-            )
-        if len(shown) < len(tenants):
-            tables[
-                -1
-            ].caption = f"{len(tenants) - len(shown)} quieter tenants are only in results.json"
+            groups = {s.label: s.tenants.get(tenant) for s in summaries}
+            last = tenant == shown[-1]
+            tables.append(group_table(f"tenant {tenant}", groups, note if last else None))
     tables.append(engine_table(summaries))
     prefix = prefix_table([s.label for s in summaries], [s.prefix_by_replica for s in summaries])
     if prefix is not None:
