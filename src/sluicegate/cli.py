@@ -37,7 +37,8 @@ MaxTokensOption = Annotated[
     str, typer.Option(help="traces: client max_tokens = exact | pow2 | N (a fixed cap)")
 ]
 FieldOption = Annotated[
-    list[str] | None, typer.Option(help="trace column NAME=COLUMN[:UNIT] (repeat)")
+    list[str] | None,
+    typer.Option(help="trace column NAME=COLUMN[:UNIT], prefix=COLUMN[:BLOCK_TOKENS] (repeat)"),
 ]
 MixOption = Annotated[str | None, typer.Option(help="share:tenant:lane:priority[:deadline_ms],...")]
 
@@ -250,6 +251,13 @@ def simulate(
     prefix_workload: Annotated[
         str | None, typer.Option(help="shared system prompts RATE:PROMPTS:BLOCKS[:ZIPF]")
     ] = None,
+    b2b_workload: Annotated[
+        str | None,
+        typer.Option(
+            help="customers' long contexts and short questions "
+            "RATE:CUSTOMERS:CONTEXT_TOKENS[:ZIPF[:BURST]]"
+        ),
+    ] = None,
     tenant_load: Annotated[
         list[str] | None,
         typer.Option(help="TENANT:RATE[:burst=KxDs/Ps][:lane=NAME][:priority=N] (repeat)"),
@@ -283,7 +291,7 @@ def simulate(
             trace=trace, poisson_rate=poisson_rate, gamma=gamma, duration_s=duration,
             window=window, rate_scale=rate_scale, mix=mix, seed=seed, max_tokens=max_tokens,
             fields=tuple(field or ()), prefix_workload=prefix_workload,
-            tenant_load=tuple(tenant_load or ()),
+            tenant_load=tuple(tenant_load or ()), b2b_workload=b2b_workload,
         )  # fmt: skip
         requests = build_workload(options)
         multipliers = [float(k) for k in sweep.split(",")] if sweep else None

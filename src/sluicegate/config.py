@@ -118,6 +118,7 @@ class SimulationSpec(BaseModel):
     preset: str = "llama-3.1-8b-h100"
     replicas: int = Field(1, ge=1, le=10_000)
     scrape_interval_s: float = Field(1.0, gt=0.0)
+    kv_event_delay_s: float = Field(0.0, ge=0.0, le=60.0, description="KV events' lag, s")
 
 
 STALE_SCRAPES = 5

@@ -29,7 +29,8 @@ class PrefixCache:
     :meth:`trim` (or of the call's own ``capacity`` argument).
     """
 
-    __slots__ = ("_blocks", "_events", "hit_tokens", "query_tokens", "recording")
+    __slots__ = ("_blocks", "_events", "hit_requests", "hit_tokens", "query_requests",
+                 "query_tokens", "recording")  # fmt: skip
 
     def __init__(self) -> None:
         self._blocks: OrderedDict[int, None] = OrderedDict()
@@ -41,6 +42,10 @@ class PrefixCache:
         """Prompt tokens of admissions that looked the cache up (vLLM ``prefix_cache_queries``)."""
         self.hit_tokens = 0
         """Prompt tokens whose prefill the cache saved (vLLM ``prefix_cache_hits``)."""
+        self.query_requests = 0
+        """Admissions that looked the cache up (a request run again counts again)."""
+        self.hit_requests = 0
+        """Of those, admissions that found at least one block cached."""
 
     @property
     def hit_rate(self) -> float:
@@ -82,6 +87,8 @@ class PrefixCache:
         """Record one admission's lookup (its prompt and the tokens saved), then trim."""
         self.query_tokens += prompt_tokens
         self.hit_tokens += cached
+        self.query_requests += 1
+        self.hit_requests += cached > 0
         self.trim(capacity)
 
     def insert(self, hashes: Sequence[int], capacity: int) -> None:

@@ -27,6 +27,9 @@ class WorkloadRequest:
         prefix: hashes of the prompt's KV blocks in order (Mooncake-style
             ``hash_ids``; equal leading hashes mean a shared prompt prefix);
             empty when the workload does not say.
+        prefix_block_tokens: tokens each ``prefix`` hash names (a trace's own block
+            size, Mooncake's 512); ``None``: one engine KV block each. The simulator
+            expands larger ones into engine blocks (``sim/workloads/trace_blocks.py``).
     """
 
     arrival_s: float
@@ -38,6 +41,7 @@ class WorkloadRequest:
     priority: int = 2
     deadline_ms: float | None = None
     prefix: tuple[int, ...] = ()
+    prefix_block_tokens: int | None = None
 
     @property
     def prefix_key(self) -> int | None:

@@ -118,6 +118,7 @@ def measure_capacity(
     *,
     seed: int = 0,
     scrape_interval_s: float = 1.0,
+    kv_event_delay_s: float = 0.0,
 ) -> Capacity | None:
     """Completions per second the configuration sustains under backlog on requests
     like ``workload``'s (see the module docstring); ``None`` when too few complete."""
@@ -125,7 +126,7 @@ def measure_capacity(
     sample = saturation_sample(workload, max(MIN_SAMPLE, SAMPLE_PER_SLOT * cap))
     result = simulate(
         saturation_spec(spec, model), model, sample, engine, replicas,
-        seed=seed, scrape_interval_s=scrape_interval_s,
+        seed=seed, scrape_interval_s=scrape_interval_s, kv_event_delay_s=kv_event_delay_s,
     )  # fmt: skip
     finishes = [
         r.finish_s for r in result.records if r.outcome == COMPLETED and r.finish_s is not None

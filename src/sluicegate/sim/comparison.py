@@ -33,6 +33,7 @@ from sluicegate.engine.presets import preset as engine_preset
 from sluicegate.outcomes import WorkloadRequest
 from sluicegate.sim.capacity import measure_capacity, slot_cap
 from sluicegate.sim.plots import plot_latency_cdfs, plot_p99_vs_load, plot_queue_depth
+from sluicegate.sim.replica_kv_events import publishes_kv_events
 from sluicegate.sim.report import JsonValue, print_report, sweep_table, write_csv, write_json
 from sluicegate.sim.result import SimResult
 from sluicegate.sim.run_summary import Summary, summarize
@@ -184,6 +185,12 @@ def run_comparison(
     """
     _check_policies(policies)
     name = _choose_model(config, model)
+    delay = config.simulation.kv_event_delay_s
+    if delay and not publishes_kv_events(next(m for m in config.models if m.name == name)):
+        raise ValueError(
+            f"simulation.kv_event_delay_s is {delay:g} but model {name!r}'s engines publish no "
+            "KV events (give a backend kv_events, or use the precise_prefix router)"
+        )
     preset_name = preset or config.simulation.preset
     engine = engine_preset(preset_name)
     count = replicas if replicas is not None else config.simulation.replicas
@@ -194,7 +201,7 @@ def run_comparison(
     jobs = [
         SimJob(
             policy, k, policy_spec(base, name, policy), name, scaled[k], engine, count, seed,
-            config.simulation.scrape_interval_s,
+            config.simulation.scrape_interval_s, delay,
         )
         for policy in policies
         for k in scaled
@@ -202,7 +209,7 @@ def run_comparison(
     cap = slot_cap(base, name, count, engine.max_num_seqs)
     capacity = measure_capacity(
         base, name, workload, engine, count,
-        seed=seed, scrape_interval_s=config.simulation.scrape_interval_s,
+        seed=seed, scrape_interval_s=config.simulation.scrape_interval_s, kv_event_delay_s=delay,
     )  # fmt: skip
     rps = capacity.rps if capacity is not None else None
     with _progress_bar(console) as bar:
@@ -309,6 +316,7 @@ class SimJob:
     replicas: int
     seed: int
     scrape_interval_s: float
+    kv_event_delay_s: float = 0.0
 
     @property
     def label(self) -> str:
@@ -320,6 +328,7 @@ class SimJob:
         return simulate(
             self.spec, self.model, self.workload, self.engine, self.replicas,
             seed=self.seed, scrape_interval_s=self.scrape_interval_s, progress=progress,
+            kv_event_delay_s=self.kv_event_delay_s,
         )  # fmt: skip
 
 

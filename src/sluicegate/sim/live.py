@@ -11,16 +11,21 @@ class SimRequest:
 
     ``eid`` is the request's id inside the engine: the ticket id, suffixed on
     a re-run after a requeue so a stale in-flight step of the earlier run can
-    never be mistaken for the new one.
+    never be mistaken for the new one. ``block_hashes`` are the prompt's full engine
+    KV blocks (the workload's ``prefix`` in engine blocks, ``sim/workloads/trace_blocks``):
+    what the engine caches and the ticket carries.
     """
 
-    __slots__ = ("admit_s", "admitted_s", "backend", "eid", "finish_s", "first_token_s",
-                 "generated", "index", "outcome", "requeues", "runs", "target", "ticket_id",
-                 "workload")  # fmt: skip
+    __slots__ = ("admit_s", "admitted_s", "backend", "block_hashes", "eid", "finish_s",
+                 "first_token_s", "generated", "index", "outcome", "requeues", "runs", "target",
+                 "ticket_id", "workload")  # fmt: skip
 
-    def __init__(self, index: int, workload: WorkloadRequest) -> None:
+    def __init__(
+        self, index: int, workload: WorkloadRequest, block_hashes: tuple[int, ...] = ()
+    ) -> None:
         self.index = index
         self.workload = workload
+        self.block_hashes = block_hashes
         self.ticket_id = TicketId(str(index))
         self.target = max(1, min(workload.max_tokens, workload.output_tokens))
         self.eid: str = self.ticket_id

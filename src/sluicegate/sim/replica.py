@@ -24,6 +24,9 @@ and vLLM's both run lower first), and its engine runs the priority policy
 (``EngineConfig.scheduling_policy="priority"``, set by the driver): the field is
 only useful, and vLLM only accepts a non-zero one, on an engine started with
 ``--scheduling-policy priority``.
+
+KV events: a replica given a ``KvEventFeed`` records its prefix cache's stores and
+evictions and hands them to the feed after every engine step (``sim/replica_kv_events.py``).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from sluicegate.engine.engine_config import EngineConfig
 from sluicegate.engine.model import DecodeRun, Engine, StepResult
 from sluicegate.sim.events import STEP, WAKE, ChainPoint, EventQueue, HeapItem
 from sluicegate.sim.live import SimRequest
+from sluicegate.sim.replica_kv_events import KvEventFeed
 
 PROGRESS_EVERY_STEPS = 16
 """A replica reports its requests' progress to the scheduler every this many steps."""
@@ -80,11 +84,12 @@ class Replica:
         origin: ``(time posted, sequence)`` of that wake.
         touched: the driver's mark: decisions at this instant gave it work (see ``resume``).
         passthrough: hand the engine each request's priority (see the module docstring).
+        kv_feed: where the engine's KV events go after each step (``None``: not recorded).
     """
 
     __slots__ = ("busy_s", "busy_until", "engine", "events", "history", "independent",
-                 "index", "inflight", "name", "origin", "passthrough", "running", "slot_s",
-                 "span", "steps", "touched", "waking")  # fmt: skip
+                 "index", "inflight", "kv_feed", "name", "origin", "passthrough", "running",
+                 "slot_s", "span", "steps", "touched", "waking")  # fmt: skip
 
     def __init__(
         self,
@@ -95,11 +100,14 @@ class Replica:
         events: EventQueue,
         *,
         passthrough: bool = False,
+        kv_feed: KvEventFeed | None = None,
     ) -> None:
         self.index = index
         self.passthrough = passthrough
         self.name = name
         self.engine = Engine(config, seed=seed)
+        self.kv_feed = kv_feed
+        self.engine.prefix_cache.recording = kv_feed is not None
         self.events = events
         self.independent = config.batch_independent
         self.inflight: dict[int, StepResult] = {}
@@ -129,7 +137,7 @@ class Replica:
         wl = req.workload
         self.engine.add_request(
             eid, wl.prompt_tokens, wl.max_tokens, now,
-            output_tokens=wl.output_tokens, prefix=wl.prefix,
+            output_tokens=wl.output_tokens, prefix=req.block_hashes,
             priority=priority if self.passthrough else 0,
         )  # fmt: skip
         self.running[eid] = req
@@ -244,6 +252,9 @@ class Replica:
             batch = engine.num_requests_running + len(result.finished)
             duration = result.duration_s
             self._account(now, now + duration, duration, (), batch, contiguous)
+            if self.kv_feed is not None:
+                drained = engine.prefix_cache.drain_events()
+                self.kv_feed.publish(self.name, drained, now + duration)
         return result
 
     def begin(self, now: float, contiguous: bool) -> None:

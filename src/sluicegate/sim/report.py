@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sluicegate.outcomes import COMPLETED, LatencyStats, RequestOutcome
+from sluicegate.sim.prefix_hits import PrefixCounts, prefix_table
 from sluicegate.sim.result import PREEMPTED, SimResult
 from sluicegate.sim.run_summary import GroupStats, Summary
 
@@ -64,9 +65,32 @@ def group_to_dict(group: GroupStats) -> dict[str, JsonValue]:
     }
 
 
-def summary_to_dict(summary: Summary) -> dict[str, JsonValue]:
-    """A JSON-ready dict of one run's summary."""
+def _prefix_counts_dict(counts: PrefixCounts) -> dict[str, JsonValue]:
     return {
+        "token_hit_rate": _num(counts.token_hit_rate),
+        "request_hit_rate": _num(counts.request_hit_rate),
+        "queried_tokens": counts.queried_tokens,
+        "cached_tokens": counts.cached_tokens,
+        "requests": counts.requests,
+        "hit_requests": counts.hit_requests,
+    }
+
+
+def prefix_to_dict(by_replica: Mapping[str, PrefixCounts]) -> dict[str, JsonValue] | None:
+    """A run's ``prefix_cache``: hit rates and counts over all replicas, and ``replicas``
+    by name (``sim/prefix_hits.py``); ``None`` when no replica looked its cache up."""
+    total = PrefixCounts.total(by_replica.values())
+    if not total.requests:
+        return None
+    out = _prefix_counts_dict(total)
+    out["replicas"] = {name: _prefix_counts_dict(c) for name, c in by_replica.items()}
+    return out
+
+
+def summary_to_dict(summary: Summary) -> dict[str, JsonValue]:
+    """A JSON-ready dict of one run's summary (``prefix_cache`` only when the engines
+    looked their prefix caches up)."""
+    out: dict[str, JsonValue] = {
         "label": summary.label,
         "rate_multiplier": _num(summary.rate_multiplier),
         "offered_rps": _num(summary.offered_rps),
@@ -84,6 +108,10 @@ def summary_to_dict(summary: Summary) -> dict[str, JsonValue]:
         "lanes": {name: group_to_dict(g) for name, g in summary.lanes.items()},
         "tenants": {name: group_to_dict(g) for name, g in summary.tenants.items()},
     }
+    prefix = prefix_to_dict(summary.prefix_by_replica)
+    if prefix is not None:
+        out["prefix_cache"] = prefix
+    return out
 
 
 def write_json(
@@ -181,9 +209,11 @@ _ROWS: tuple[GroupRow, ...] = (
 )
 
 
-def group_table(title: str, groups: Mapping[str, GroupStats | None]) -> Table:
+def group_table(
+    title: str, groups: Mapping[str, GroupStats | None], caption: str | None = None
+) -> Table:
     """A table with one column per policy (``groups`` maps policy label → its stats)."""
-    table = Table(title=title, title_justify="left")
+    table = Table(title=title, title_justify="left", caption=caption)
     table.add_column("metric (times in s)")
     for label in groups:
         table.add_column(label, justify="right")
@@ -239,8 +269,26 @@ def sweep_table(summaries: Sequence[Summary]) -> Table:
     return table
 
 
+MAX_TENANT_TABLES = 12
+"""The most tenant tables printed (the busiest); every tenant is in ``results.json``."""
+
+
+def _busiest(tenants: Sequence[str], summaries: Sequence[Summary]) -> list[str]:
+    """At most :data:`MAX_TENANT_TABLES` of ``tenants``, those with the most requests, in
+    name order."""
+    if len(tenants) <= MAX_TENANT_TABLES:
+        return list(tenants)
+
+    def requests(name: str) -> int:
+        return max((s.tenants[name].requests for s in summaries if name in s.tenants), default=0)
+
+    busiest = sorted(tenants, key=lambda name: (-requests(name), name))[:MAX_TENANT_TABLES]
+    return sorted(busiest)
+
+
 def comparison_tables(summaries: Sequence[Summary]) -> list[Table]:
-    """Tables comparing ``summaries`` side by side: overall, each lane, each tenant, engines."""
+    """Tables comparing ``summaries`` side by side: overall, each lane, each tenant, engines,
+    and prefix-cache hits when any run looked its caches up."""
     tables = [group_table("all requests", {s.label: s.overall for s in summaries})]
     lanes = list(dict.fromkeys(name for s in summaries for name in s.lanes))
     tenants = sorted({name for s in summaries for name in s.tenants})
@@ -249,11 +297,17 @@ def comparison_tables(summaries: Sequence[Summary]) -> list[Table]:
         if any(g is not None and g.requests for g in groups.values()):
             tables.append(group_table(f"lane {lane}", groups))
     if len(tenants) > 1:
-        for tenant in tenants:
-            tables.append(
-                group_table(f"tenant {tenant}", {s.label: s.tenants.get(tenant) for s in summaries})
-            )
+        shown = _busiest(tenants, summaries)
+        hidden = len(tenants) - len(shown)
+        note = f"{hidden} quieter tenants are only in results.json" if hidden else None
+        for tenant in shown:
+            groups = {s.label: s.tenants.get(tenant) for s in summaries}
+            last = tenant == shown[-1]
+            tables.append(group_table(f"tenant {tenant}", groups, note if last else None))
     tables.append(engine_table(summaries))
+    prefix = prefix_table([s.label for s in summaries], [s.prefix_by_replica for s in summaries])
+    if prefix is not None:
+        tables.append(prefix)
     return tables
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from sluicegate.core.ticket import Outcome
 from sluicegate.outcomes import RequestOutcome
+from sluicegate.sim.prefix_hits import PrefixCounts
 
 PREEMPTED = Outcome.PREEMPTED.value
 TOO_LARGE = "too_large"
@@ -96,6 +97,8 @@ class SimResult:
         estimated_wait_s: by request index, the scheduler's estimated wait when it queued
             the request (``Queued.estimated_wait_s``, kept in lanes with ``shed_hopeless``);
             requests admitted at once or refused, and other lanes' requests, have none.
+        prefix_by_replica: replica name → its prefix cache's lookups, tokens and requests
+            (``sim/prefix_hits.py``); the two token totals above are their sums.
     """
 
     model: str
@@ -115,11 +118,19 @@ class SimResult:
     prompt_tokens_queried: int
     prompt_tokens_cached: int
     estimated_wait_s: Mapping[int, float] = field(default_factory=dict)
+    prefix_by_replica: Mapping[str, PrefixCounts] = field(default_factory=dict)
 
     @property
     def prefix_hit_rate(self) -> float:
         """Cached ÷ queried prompt tokens over all replicas; 0 when nothing was queried."""
         return self.prompt_tokens_cached / max(self.prompt_tokens_queried, 1)
+
+    @property
+    def prefix_request_hit_rate(self) -> float:
+        """Admissions with a cached block ÷ admissions that looked a cache up, over all
+        replicas; 0 when nothing was looked up."""
+        total = PrefixCounts.total(self.prefix_by_replica.values())
+        return total.hit_requests / max(total.requests, 1)
 
     @property
     def span_s(self) -> float:

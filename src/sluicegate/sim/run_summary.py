@@ -26,6 +26,8 @@ of those, the simulator reports:
   the gateway's caps (``sim/capacity.py``).
 * **KV usage**: mean and peak, over the scrapes, of the replicas' mean KV-cache
   usage (scrapes run every ``scrape_interval_s`` while work is in flight).
+* **Prefix-cache hits**: per replica, the tokens and requests (those with at least one
+  block cached) the engines' prefix caches served (``sim/prefix_hits.py``).
 * **Any step running**: time some replica's engine had a step in flight ÷
   (replicas × span). It says the engines were not idle, not how full they were.
 """
@@ -34,10 +36,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sluicegate.core.fair_queue import VTC_INPUT_WEIGHT, VTC_OUTPUT_WEIGHT
 from sluicegate.outcomes import COMPLETED, OutcomeStats, RequestOutcome
+from sluicegate.sim.prefix_hits import PrefixCounts
 from sluicegate.sim.result import PREEMPTED, SimResult
 
 
@@ -70,8 +73,9 @@ class Summary:
 
     ``offered_rps``, ``capacity_rps`` (``None`` unless measured), ``load``,
     ``slot_cap`` and ``slot_occupancy`` (``None`` without a cap), ``kv_usage_mean``
-    and ``kv_usage_peak`` (``None`` without scrapes) and ``any_step_running`` are
-    defined in the module docstring.
+    and ``kv_usage_peak`` (``None`` without scrapes), ``any_step_running`` and
+    ``prefix_by_replica`` (replica name → its prefix-cache lookups) are defined in the
+    module docstring.
     """
 
     label: str
@@ -89,6 +93,7 @@ class Summary:
     kv_usage_peak: float | None
     engine_preemptions: int
     capacity_rps: float | None = None
+    prefix_by_replica: Mapping[str, PrefixCounts] = field(default_factory=dict)
 
     @property
     def load(self) -> float | None:
@@ -174,4 +179,5 @@ def summarize(
         kv_usage_peak=max(kv) if kv else None,
         engine_preemptions=result.engine_preemptions,
         capacity_rps=capacity_rps,
+        prefix_by_replica=result.prefix_by_replica,
     )

@@ -15,18 +15,23 @@ priority scheduler (``scheduling_policy="priority"``) and receives each ticket's
 priority: passthrough means the engine was started with ``--scheduling-policy
 priority`` (vLLM refuses a non-zero priority otherwise). The others run ``engine``
 as given.
+
+Each request's ticket carries its prompt's engine-block hashes (``Ticket.block_hashes``,
+the workload's ``prefix`` expanded to engine blocks by ``sim/workloads/trace_blocks.py``),
+the same hashes its engine caches. When the model's engines publish KV events
+(``sim/replica_kv_events.py``), batches due by an event's time reach
+``Scheduler.observe_kv_events`` before that event is handled.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import math
 from collections.abc import Callable
 
 from sluicegate.core.decisions import Decision, Preempt
 from sluicegate.core.scheduler import Scheduler
-from sluicegate.core.spec import BackendSpec, SchedulerSpec
+from sluicegate.core.spec import SchedulerSpec
 from sluicegate.core.ticket import BackendStats, Ticket, TicketId, Usage
 from sluicegate.engine.engine_config import EngineConfig
 from sluicegate.engine.model import StepResult
@@ -34,51 +39,16 @@ from sluicegate.outcomes import COMPLETED, WorkloadRequest
 from sluicegate.sim.events import ARRIVAL, SCRAPE, STEP, TICK, EventQueue, HeapItem
 from sluicegate.sim.execute import DecisionExecution
 from sluicegate.sim.live import SimRequest
+from sluicegate.sim.prefix_hits import PrefixCounts
 from sluicegate.sim.replica import Replica
+from sluicegate.sim.replica_backends import engine_of, with_replicas
+from sluicegate.sim.replica_kv_events import KvEventFeed
 from sluicegate.sim.result import TOO_LARGE, SampleLog, SimResult
+from sluicegate.sim.workloads.trace_blocks import EngineBlocks
 
 __all__ = ["SimResult", "simulate", "with_replicas"]
 
 _TICK_GUARD_S = 1e-6
-
-
-def with_replicas(spec: SchedulerSpec, model: str, replicas: int) -> SchedulerSpec:
-    """A copy of ``spec`` whose ``model`` has backends ``r0 … r{replicas−1}``.
-
-    Each replica inherits ``max_concurrency`` and ``weight`` from the model's
-    first configured backend, if it has one; otherwise the scheduler's model
-    and lane caps alone bound what runs.
-
-    Raises:
-        KeyError: ``model`` is not configured.
-        ValueError: ``replicas`` < 1.
-    """
-    if replicas < 1:
-        raise ValueError(f"replicas must be >= 1, got {replicas}")
-    names = [m.name for m in spec.models]
-    if model not in names:
-        raise KeyError(f"unknown model {model!r}; configured: {names}")
-    models = []
-    for m in spec.models:
-        if m.name == model:
-            template = m.backends[0] if m.backends else BackendSpec(name="r0")
-            backends = tuple(
-                template.model_copy(update={"name": f"r{i}", "url": None}) for i in range(replicas)
-            )
-            m = m.model_copy(update={"backends": backends})
-        models.append(m)
-    return spec.model_copy(update={"models": tuple(models)})
-
-
-def _engine_of(backend: BackendSpec, engine: EngineConfig) -> EngineConfig:
-    """The engine a backend runs: ``engine``, with the priority policy under passthrough.
-
-    Raises:
-        ValueError: passthrough on an engine of independent servers (FCFS by definition).
-    """
-    if not backend.priority_passthrough:
-        return engine
-    return dataclasses.replace(engine, scheduling_policy="priority")
 
 
 def simulate(
@@ -91,6 +61,7 @@ def simulate(
     seed: int = 0,
     scrape_interval_s: float = 1.0,
     progress: Callable[[float], None] | None = None,
+    kv_event_delay_s: float = 0.0,
 ) -> SimResult:
     """Replay ``workload`` through a ``Scheduler`` on ``spec`` and ``replicas`` engines.
 
@@ -105,14 +76,19 @@ def simulate(
         seed: engine seed base.
         scrape_interval_s: period of the metric scrapes fed to ``observe_backend``.
         progress: called with the virtual time at every scrape and at the end.
+        kv_event_delay_s: how long after its engine step a replica's KV events reach the
+            scheduler, when its engines publish them (``sim/replica_kv_events.py``).
 
     Raises:
         KeyError: ``model`` is not configured.
-        ValueError: a request names a lane the model lacks, or bad arguments.
+        ValueError: a request names a lane the model lacks, a trace block size that
+            is not a whole number of engine blocks, or bad arguments.
     """
     if scrape_interval_s <= 0:
         raise ValueError(f"scrape_interval_s must be > 0, got {scrape_interval_s}")
-    sim = _Simulation(with_replicas(spec, model, replicas), model, workload, engine, seed)
+    replicated = with_replicas(spec, model, replicas)  # checks the model exists
+    feed = KvEventFeed.for_model(next(m for m in spec.models if m.name == model), kv_event_delay_s)
+    sim = _Simulation(replicated, model, workload, engine, seed, feed)
     return sim.run(scrape_interval_s, progress)
 
 
@@ -126,6 +102,7 @@ class _Simulation(DecisionExecution):
         workload: list[WorkloadRequest],
         engine: EngineConfig,
         seed: int,
+        kv_feed: KvEventFeed | None = None,
     ) -> None:
         model_spec = next(m for m in spec.models if m.name == model)
         self.lanes = {lane.name: lane for lane in model_spec.lanes}
@@ -147,14 +124,19 @@ class _Simulation(DecisionExecution):
         self.events = EventQueue()
         self.replicas = [
             Replica(
-                i, b.name, _engine_of(b, engine), seed + i, self.events,
-                passthrough=b.priority_passthrough,
+                i, b.name, engine_of(b, engine), seed + i, self.events,
+                passthrough=b.priority_passthrough, kv_feed=kv_feed,
             )
             for i, b in enumerate(model_spec.backends)
         ]  # fmt: skip
+        self.kv_feed = kv_feed
         self.by_backend = {rep.name: rep for rep in self.replicas}
         order = sorted(range(len(workload)), key=lambda i: (workload[i].arrival_s, i))
-        self.requests = [SimRequest(i, workload[i]) for i in range(len(workload))]
+        blocks = EngineBlocks(engine.block_size)
+        self.requests = [
+            SimRequest(i, w, blocks.expand(w.prefix, w.prefix_block_tokens, w.prompt_tokens))
+            for i, w in enumerate(workload)
+        ]
         self.arrivals = [self.requests[i] for i in order]
         self.live: dict[TicketId, SimRequest] = {}
         self.touched: list[Replica] = []
@@ -195,12 +177,15 @@ class _Simulation(DecisionExecution):
                 )
                 self._execute(self.scheduler.observe_backend(stats, self.start), self.start)
         pop = heapq.heappop
+        feed = self.kv_feed
         i = 0
         next_at = times[0] if count else math.inf
         while True:
             if heap and (heap[0][0] < next_at or (heap[0][0] == next_at and heap[0][1] < ARRIVAL)):
                 item = pop(heap)
                 now, kind, posted, _, seq, index = item
+                if feed is not None:
+                    feed.deliver(now, self.scheduler)
                 if kind == STEP:
                     rep = replicas[index]
                     result = rep.finish_step(seq, now)
@@ -217,6 +202,8 @@ class _Simulation(DecisionExecution):
                 else:
                     replicas[index].wake(now, posted, seq)
             elif i < count:
+                if feed is not None:
+                    feed.deliver(next_at, self.scheduler)
                 self.event = (next_at, ARRIVAL, next_at, None, 0, 0)
                 self._on_arrival(arrivals[i], next_at)
                 i += 1
@@ -262,6 +249,7 @@ class _Simulation(DecisionExecution):
             deadline=deadline,
             true_output_tokens=wl.output_tokens,
             prefix_key=wl.prefix_key,
+            block_hashes=req.block_hashes,
         )
         self.live[req.ticket_id] = req
         self._execute(self.scheduler.submit(ticket, now), now)
@@ -372,4 +360,7 @@ class _Simulation(DecisionExecution):
             prompt_tokens_queried=sum(r.engine.prefix_cache.query_tokens for r in self.replicas),
             prompt_tokens_cached=sum(r.engine.prefix_cache.hit_tokens for r in self.replicas),
             estimated_wait_s=self.estimated_wait,
+            prefix_by_replica={
+                r.name: PrefixCounts.of(r.engine.prefix_cache) for r in self.replicas
+            },
         )

@@ -17,6 +17,7 @@ from sluicegate.sim.workloads import (
     scale_rate,
     window,
 )
+from sluicegate.sim.workloads.b2b import b2b, parse_b2b_workload
 from sluicegate.sim.workloads.fields import load_mapped, parse_fields
 from sluicegate.sim.workloads.prefix import parse_prefix_workload, shared_prefix
 from sluicegate.sim.workloads.tenants import parse_tenant_load, tenant_loads
@@ -51,6 +52,7 @@ class WorkloadOptions:
     fields: tuple[str, ...] = ()
     prefix_workload: str | None = None
     tenant_loads: tuple[str, ...] = ()
+    b2b_workload: str | None = None
 
 
 def workload_options(
@@ -67,6 +69,7 @@ def workload_options(
     fields: tuple[str, ...] = (),
     prefix_workload: str | None = None,
     tenant_load: tuple[str, ...] = (),
+    b2b_workload: str | None = None,
 ) -> WorkloadOptions:
     """Options from the CLI's strings (``RATE:CV``, ``START:DURATION``), checked."""
     return WorkloadOptions(
@@ -82,6 +85,7 @@ def workload_options(
         fields=fields,
         prefix_workload=prefix_workload,
         tenant_loads=tenant_load,
+        b2b_workload=b2b_workload,
     )
 
 
@@ -99,10 +103,12 @@ def build_workload(options: WorkloadOptions) -> list[WorkloadRequest]:
         options.poisson_rate is not None,
         options.gamma is not None,
         options.prefix_workload is not None,
+        options.b2b_workload is not None,
     ]
     if sum(sources) != 1:
         raise ValueError(
-            "give exactly one of --trace, --poisson RATE, --gamma RATE:CV or --prefix-workload"
+            "give exactly one of --trace, --poisson RATE, --gamma RATE:CV, --prefix-workload"
+            " or --b2b-workload"
         )
     if options.fields and options.trace is None:
         raise ValueError("--field applies only to --trace")
@@ -116,6 +122,12 @@ def build_workload(options: WorkloadOptions) -> list[WorkloadRequest]:
         requests = shared_prefix(
             rate, options.duration_s, seed=options.seed, prompts=count, blocks=blocks, zipf=zipf
         )
+    elif options.b2b_workload is not None:
+        rate, customers, context, zipf, burst = parse_b2b_workload(options.b2b_workload)
+        requests = b2b(
+            rate, options.duration_s, seed=options.seed, customers=customers,
+            context_tokens=context, zipf=zipf, burst=burst,
+        )  # fmt: skip
     elif options.poisson_rate is not None:
         requests = poisson(options.poisson_rate, options.duration_s, seed=options.seed)
     else:
@@ -136,7 +148,10 @@ def build_workload(options: WorkloadOptions) -> list[WorkloadRequest]:
 def _tenant_workload(options: WorkloadOptions) -> list[WorkloadRequest]:
     """``--tenant-load``: per-tenant arrivals, lengths sampled from ``--trace`` (or the
     shipped conversation trace)."""
-    others = [options.poisson_rate, options.gamma, options.prefix_workload, options.window]
+    others = [
+        options.poisson_rate, options.gamma, options.prefix_workload, options.b2b_workload,
+        options.window,
+    ]  # fmt: skip
     if any(other is not None for other in others) or options.fields or options.mix:
         raise ValueError(
             "--tenant-load combines only with --trace (the lengths), --duration, --seed,"

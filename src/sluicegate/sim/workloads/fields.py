@@ -15,12 +15,18 @@ Names (``arrival``, ``prompt`` and ``output`` are required):
 * ``prompt``, ``output``: token counts, integers ``>= 1``.
 * ``prefix``: the prompt's KV block hashes, in order: a JSON list of integers,
   or in a CSV a list of integers separated by commas, semicolons or spaces,
-  optionally in brackets (``"[1, 2, 3]"``). Empty means none.
+  optionally in brackets (``"[1, 2, 3]"``). Empty means none. ``prefix=COLUMN:N``
+  says each hash names a block of N tokens (Mooncake's ``hash_ids`` name 512-token
+  blocks: ``prefix=hash_ids:512``); without ``:N`` a hash names one block of the
+  engine's own size. The simulator expands each N-token hash into N ÷ block size
+  engine-block hashes (``sim/workloads/trace_blocks.py``).
 * ``tenant``, ``lane``: strings (a JSON number is taken as its text).
 * ``priority``: an integer 0 … 5.
 * ``deadline``: a deadline relative to arrival, UNIT ``ms`` (default), ``s`` or ``us``.
 
-Columns not mapped are ignored. The format is JSONL when the file ends in
+Columns not mapped are ignored; an optional field mapped to a column no row has
+is an error naming the column (a misspelt mapping would otherwise be silently
+dropped). The format is JSONL when the file ends in
 ``.jsonl``/``.ndjson`` or starts with ``{``, else CSV with a header row. Every
 error is a :class:`~sluicegate.sim.workloads.workload_errors.WorkloadError` naming the file,
 the line (the CSV header is line 1) and the field.
@@ -39,6 +45,7 @@ from typing import Any
 from sluicegate.outcomes import WorkloadRequest
 from sluicegate.sim.workloads.csv_table import csv_table
 from sluicegate.sim.workloads.jsonl import json_lines
+from sluicegate.sim.workloads.trace_blocks import MAX_PREFIX_BLOCK_TOKENS
 from sluicegate.sim.workloads.transform import (
     MaxTokensPolicy,
     check_max_tokens_policy,
@@ -54,6 +61,7 @@ _SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 _UNITS = {"arrival": (*_SCALE, "iso"), "deadline": tuple(_SCALE)}
 _DEFAULT_UNIT = {"arrival": "", "deadline": "ms"}
 _SEPARATORS = re.compile(r"[,;\s]+")
+_BLOCK_SUFFIX = re.compile(r".:\d+$")
 
 
 @dataclass(frozen=True)
@@ -63,24 +71,30 @@ class FieldMap:
     Attributes:
         columns: field name → column (CSV header name or JSON key).
         units: ``arrival`` (``""`` = seconds, or ISO for non-numbers) and ``deadline`` units.
+        prefix_block_tokens: tokens each ``prefix`` hash names (``prefix=COLUMN:N``);
+            ``None``: one engine block.
     """
 
     columns: Mapping[str, str]
     units: Mapping[str, str] = field(default_factory=lambda: dict(_DEFAULT_UNIT))
+    prefix_block_tokens: int | None = None
 
 
 def parse_fields(specs: Sequence[str]) -> FieldMap:
     """Parse ``NAME=COLUMN[:UNIT]`` options into a :class:`FieldMap`.
 
-    Only ``arrival`` and ``deadline`` take a unit; for the others a ``:`` is part
-    of the column name.
+    Only ``arrival`` and ``deadline`` take a unit, and ``prefix`` a block size
+    (``prefix=COLUMN:N``, N a whole number of tokens); for the others, and for a
+    ``prefix`` suffix that is not a number, a ``:`` is part of the column name.
 
     Raises:
         ValueError: a malformed option, an unknown or repeated name, an unknown
-            unit, or a required name (arrival, prompt, output) missing.
+            unit, a prefix block size out of range, or a required name (arrival,
+            prompt, output) missing.
     """
     columns: dict[str, str] = {}
     units = dict(_DEFAULT_UNIT)
+    block_tokens: int | None = None
     for spec in specs:
         name, eq, column = spec.partition("=")
         name = name.strip()
@@ -97,11 +111,19 @@ def parse_fields(specs: Sequence[str]) -> FieldMap:
                     f"--field {spec!r}: unit {unit!r} of {name} is not one of {_UNITS[name]}"
                 )
             units[name] = unit
+        if name == "prefix" and _BLOCK_SUFFIX.search(column):
+            column, _, size = column.rpartition(":")
+            block_tokens = int(size)
+            if not 1 <= block_tokens <= MAX_PREFIX_BLOCK_TOKENS:
+                raise ValueError(
+                    f"--field {spec!r}: the prefix block size must be 1 … "
+                    f"{MAX_PREFIX_BLOCK_TOKENS} tokens, got {block_tokens}"
+                )
         columns[name] = column.strip()
     missing = [n for n in _REQUIRED if n not in columns]
     if missing:
         raise ValueError(f"--field: {', '.join(missing)} must be mapped (NAME=COLUMN)")
-    return FieldMap(columns, units)
+    return FieldMap(columns, units, block_tokens)
 
 
 def load_mapped(
@@ -115,14 +137,15 @@ def load_mapped(
         max_tokens: how each request's cap is derived from its output length.
 
     Raises:
-        WorkloadError: a malformed file, a missing column, or a bad value (the
-            message names the line and field).
+        WorkloadError: a malformed file, a missing column (a JSON key no record
+            has), or a bad value (the message names the line and field).
     """
     check_max_tokens_policy(max_tokens)
     path = Path(path)
     out: list[WorkloadRequest] = []
     first: float | None = None
-    for line, row in _rows(path, fields):
+    keys = _KeysSeen()
+    for line, row in _rows(path, fields, keys):
         value = _Row(path, line, row, fields)
         stamp = value.arrival()
         first = stamp if first is None else first
@@ -140,27 +163,59 @@ def load_mapped(
             extra["deadline_ms"] = value.deadline_ms()
         if "prefix" in row:
             extra["prefix"] = value.prefix()
+            extra["prefix_block_tokens"] = fields.prefix_block_tokens
         out.append(WorkloadRequest(arrival, value.count("prompt"), output, cap, **extra))
     if not out:
         raise WorkloadError(path, None, "file is empty (no requests)")
+    keys.check(path, fields)
     return out
 
 
-def _rows(path: Path, fields: FieldMap) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(line, {field name: raw value})`` for each record, in file order."""
+class _KeysSeen:
+    """Which mapped JSON keys some record has, and the first record's keys (for the error)."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.first: tuple[int, list[str]] | None = None
+
+    def add(self, line: int, obj: Mapping[str, Any], fields: FieldMap) -> None:
+        """Note the mapped keys record ``obj`` (at ``line``) has."""
+        if self.first is None:
+            self.first = (line, list(obj))
+        self.seen.update(name for name, key in fields.columns.items() if key in obj)
+
+    def check(self, path: Path, fields: FieldMap) -> None:
+        """Raise :class:`WorkloadError` for a mapped key no record has (none for a CSV,
+        whose header has every mapped column or was refused)."""
+        if self.first is None:
+            return
+        line, present = self.first
+        for name, key in fields.columns.items():
+            if name not in self.seen:
+                raise WorkloadError(
+                    path, line, f"{name}: no record has key {key!r} (this one has {present})"
+                )
+
+
+def _rows(path: Path, fields: FieldMap, keys: _KeysSeen) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line, {field name: raw value})`` for each record, in file order; JSON records'
+    keys are noted in ``keys``."""
     with path.open(encoding="utf-8-sig", newline="") as stream:
         head = stream.read(1)
         stream.seek(0)
         if path.suffix.lower() in (".jsonl", ".ndjson") or head == "{":
-            yield from _json_rows(path, stream, fields)
+            yield from _json_rows(path, stream, fields, keys)
         else:
             yield from _csv_rows(path, stream, fields)
 
 
-def _json_rows(path: Path, stream: Any, fields: FieldMap) -> Iterator[tuple[int, dict[str, Any]]]:
+def _json_rows(
+    path: Path, stream: Any, fields: FieldMap, keys: _KeysSeen
+) -> Iterator[tuple[int, dict[str, Any]]]:
     for line, obj in json_lines(path, stream):
         if not isinstance(obj, dict):
             raise WorkloadError(path, line, f"expected a JSON object, got {type(obj).__name__}")
+        keys.add(line, obj, fields)
         row: dict[str, Any] = {}
         for name, key in fields.columns.items():
             if key in obj and obj[key] is not None:

@@ -2,7 +2,8 @@
 
 One object per line with ``arrival_s``, ``prompt_tokens``, ``output_tokens`` and
 optionally ``max_tokens`` (default ``output_tokens``), ``tenant``, ``lane``,
-``priority``, ``deadline_ms``, ``prefix`` (block hashes, a list of integers).
+``priority``, ``deadline_ms``, ``prefix`` (block hashes, a list of integers),
+``prefix_block_tokens`` (tokens each of those hashes names; default one engine block).
 Arrival times are kept as written, not rebased. ``json_lines`` is also what a
 field mapping (``fields.py``) reads other JSONL traces with.
 """
@@ -16,12 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from sluicegate.outcomes import WorkloadRequest
+from sluicegate.sim.workloads.trace_blocks import MAX_PREFIX_BLOCK_TOKENS
 from sluicegate.sim.workloads.workload_errors import WorkloadError, backwards
 
 __all__ = ["json_lines", "load_jsonl", "write_jsonl"]
 
 _JSONL_REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
-_JSONL_OPTIONAL = ("max_tokens", "tenant", "lane", "priority", "deadline_ms", "prefix")
+_JSONL_OPTIONAL = (
+    "max_tokens", "tenant", "lane", "priority", "deadline_ms", "prefix", "prefix_block_tokens",
+)  # fmt: skip
 
 
 def load_jsonl(path: str | Path) -> list[WorkloadRequest]:
@@ -64,6 +68,8 @@ def write_jsonl(requests: Iterable[WorkloadRequest], path: str | Path) -> None:
             }
             if r.prefix:
                 obj["prefix"] = list(r.prefix)
+            if r.prefix_block_tokens is not None:
+                obj["prefix_block_tokens"] = r.prefix_block_tokens
             stream.write(json.dumps(obj) + "\n")
 
 
@@ -114,6 +120,10 @@ def _jsonl_request(path: str | Path, line: int, obj: Any) -> WorkloadRequest:
         ):
             raise WorkloadError(path, line, f"prefix must be a list of integers, got {hashes!r}")
         fields["prefix"] = tuple(hashes)
+    if obj.get("prefix_block_tokens") is not None:
+        fields["prefix_block_tokens"] = _json_int(
+            path, line, obj, "prefix_block_tokens", low=1, high=MAX_PREFIX_BLOCK_TOKENS
+        )
     if obj.get("deadline_ms") is not None:
         fields["deadline_ms"] = _json_float(path, line, obj, "deadline_ms", low=0.0, strict=True)
     return WorkloadRequest(arrival, prompt, output, cap, **fields)
