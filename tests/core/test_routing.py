@@ -16,6 +16,7 @@ from sluicegate.core.routing import (
     LeastExpectedTimeRouter,
     LeastInflightRouter,
     PrefixAffinityRouter,
+    RandomRouter,
     RoundRobinRouter,
     Router,
     make_router,
@@ -33,7 +34,7 @@ def pick_and_run(router: Router, pool: Sequence[BackendState], keys: Sequence[in
         chosen.predicted_work_s += SERVICE_S
 
 
-def test_registry_lists_the_five_strategies() -> None:
+def test_registry_lists_the_six_strategies() -> None:
     """The registry lists every strategy under its documented name."""
     assert router_names() == {
         "round_robin",
@@ -41,13 +42,14 @@ def test_registry_lists_the_five_strategies() -> None:
         "least_expected_time",
         "prefix_affinity",
         "precise_prefix",
+        "random",
     }
 
 
 def test_make_router_rejects_unknown_name() -> None:
     """An unknown strategy name is a KeyError that lists the choices."""
     with pytest.raises(KeyError, match="least_inflight"):
-        make_router("random", backends(2))
+        make_router("weighted_random", backends(2))
 
 
 def test_round_robin_honours_weights_exactly() -> None:
@@ -94,6 +96,39 @@ def test_least_inflight_balances_by_weight() -> None:
     pool = [backend("a"), backend("b", 2.0), backend("c", 3.0)]
     pick_and_run(LeastInflightRouter(pool), pool, [None] * 60)
     assert [b.inflight for b in pool] == [10, 20, 30]
+
+
+def test_random_draws_in_proportion_to_weight() -> None:
+    """Weights 1:3 give the heavy backend 3/4 of 4,000 draws, within four binomial
+    standard deviations (sqrt(4000 * 0.25 * 0.75) ~ 27)."""
+    pool = [backend("light", 1.0), backend("heavy", 3.0)]
+    router = RandomRouter(pool)
+    counts = Counter(pick(router, pool) for _ in range(4000))
+    assert abs(counts["heavy"] - 3000) <= 4 * 27
+    assert counts["light"] + counts["heavy"] == 4000
+
+
+def test_random_draws_only_among_available_backends_by_their_weights() -> None:
+    """A tripped heavy backend is never drawn; the two equal ones left split 2,000 draws
+    evenly, within four standard deviations (sqrt(2000 / 4) ~ 22)."""
+    pool = [backend("a"), backend("b"), backend("heavy", 2.0)]
+    pool[2].circuit.trip(0.0)
+    router = RandomRouter(pool)
+    counts = Counter(pick(router, pool) for _ in range(2000))
+    assert set(counts) == {"a", "b"}
+    assert abs(counts["a"] - 1000) <= 4 * 22
+
+
+def test_random_is_reproducible_per_seed() -> None:
+    """Two routers with one seed draw the same 50 backends; another seed, another sequence."""
+    pool = backends(4)
+
+    def draws(seed: int) -> list[str | None]:
+        router = RandomRouter(pool, seed=seed)
+        return [pick(router, pool) for _ in range(50)]
+
+    assert draws(0) == draws(0)
+    assert draws(0) != draws(1)
 
 
 def test_least_expected_time_avoids_large_predicted_work() -> None:

@@ -15,6 +15,7 @@ from sluicegate.core.routing.least_expected_time import LeastExpectedTimeRouter
 from sluicegate.core.routing.least_inflight import LeastInflightRouter
 from sluicegate.core.routing.precise_prefix import PrecisePrefixRouter
 from sluicegate.core.routing.prefix_affinity import PrefixAffinityRouter
+from sluicegate.core.routing.random_pick import RandomRouter
 from sluicegate.core.routing.round_robin import RoundRobinRouter
 from sluicegate.core.routing.router import Router, RouterFactory
 
@@ -24,6 +25,7 @@ __all__ = [
     "LeastInflightRouter",
     "PrecisePrefixRouter",
     "PrefixAffinityRouter",
+    "RandomRouter",
     "RoundRobinRouter",
     "Router",
     "RouterFactory",
@@ -37,6 +39,7 @@ _STRATEGIES: tuple[RouterFactory, ...] = (
     LeastExpectedTimeRouter,
     PrefixAffinityRouter,
     PrecisePrefixRouter,
+    RandomRouter,
 )
 ROUTERS: Registry[RouterFactory] = Registry("router", ((r.name, r) for r in _STRATEGIES))
 
