@@ -119,11 +119,6 @@ class KvEventPublisher:
         self.replay_endpoint = options.replay_endpoint
         """The replay socket's bound address, or None."""
 
-    @property
-    def batches_published(self) -> int:
-        """Batches sent so far (the next batch's seq)."""
-        return self._next_seq
-
     def start(self) -> None:
         """Bind the sockets, start answering replays, and publish ``AllBlocksCleared``."""
         ctx = self._ctx = zmq.asyncio.Context()
