@@ -8,6 +8,9 @@ _.error_counts  # bench/analysis.py: per-code error counts in the bench summary 
 _.launch_lag_p50_s  # bench/loadgen.py: the generator's own lag, in its summary JSON
 _.max_running_seen  # emulator/runner.py: served by the emulator's /stats endpoint
 _.finished_total  # emulator/runner.py: served by the emulator's /stats endpoint
+_.prefix_cache_query_tokens  # emulator/runner.py: served by the emulator's /stats endpoint
+_.prefix_cache_hit_tokens  # emulator/runner.py: served by the emulator's /stats endpoint
+_.prefix_cache_hit_rate  # emulator/runner.py: served by the emulator's /stats endpoint
 _.plot_paths  # sim/comparison.py: what a simulation wrote, for callers of run_simulation
 
 # Framework hooks.

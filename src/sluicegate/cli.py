@@ -198,15 +198,36 @@ def emulate(
     scheduling_policy: Annotated[
         str, typer.Option(help="vLLM's: fcfs, or priority (the request's priority, lower first)")
     ] = "fcfs",
+    no_prefix_caching: Annotated[
+        bool,
+        typer.Option(
+            "--no-prefix-caching",
+            help="vLLM's --no-enable-prefix-caching: prefill every prompt whole",
+        ),
+    ] = False,
+    kv_events: Annotated[
+        str | None, typer.Option(help="publish KV cache events (vLLM's) on a ZMQ PUB tcp://…")
+    ] = None,
+    kv_events_replay: Annotated[
+        str | None, typer.Option(help="ZMQ ROUTER tcp://… answering replays of missed batches")
+    ] = None,
+    kv_events_topic: Annotated[str, typer.Option(help="topic frame of each event message")] = "",
 ) -> None:
     """Serve an emulated continuous-batching engine over the OpenAI API, with the metric
     names, endpoints and error shapes of the engine ``--personality`` names."""
     from sluicegate.emulator import serve as run_emulator
+    from sluicegate.emulator.kv_event_publisher import KvEventsOptions
 
     try:
+        if kv_events is None and (kv_events_replay is not None or kv_events_topic):
+            raise ValueError("--kv-events-replay and --kv-events-topic need --kv-events")
+        publishing = None
+        if kv_events is not None:
+            publishing = KvEventsOptions(kv_events, kv_events_replay, kv_events_topic)
         run_emulator(
             host, port, preset=preset, model=model, max_num_seqs=max_num_seqs, seed=seed,
             persona=personality, scheduling_policy=scheduling_policy,
+            prefix_caching=not no_prefix_caching, kv_events=publishing,
         )  # fmt: skip
     except (KeyError, ValueError) as exc:
         err.print(f"[red]{exc}[/red]")

@@ -13,6 +13,7 @@ import orjson
 import uvicorn
 
 from sluicegate.emulator import build_app
+from sluicegate.emulator.kv_event_publisher import KvEventPublisher, KvEventsOptions
 from sluicegate.engine import EngineConfig
 
 MODEL = "emu-model"
@@ -20,10 +21,12 @@ MODEL = "emu-model"
 
 @dataclasses.dataclass(frozen=True)
 class LiveEmulator:
-    """A running emulator: where to reach it and the engine config it emulates."""
+    """A running emulator: where to reach it, the engine config it emulates and its KV
+    event publisher (None unless started with ``kv_events``)."""
 
     port: int
     config: EngineConfig
+    kv_events: KvEventPublisher | None = None
 
     @property
     def base_url(self) -> str:
@@ -49,13 +52,22 @@ class LiveEmulator:
 
 @contextmanager
 def run_emulator(
-    config: EngineConfig, *, seed: int = 0, persona: str = "vllm"
+    config: EngineConfig,
+    *,
+    seed: int = 0,
+    persona: str = "vllm",
+    prefix_caching: bool = True,
+    kv_events: KvEventsOptions | None = None,
 ) -> Iterator[LiveEmulator]:
     """Serve ``build_app(config)`` as ``persona`` with uvicorn on 127.0.0.1, port chosen by
     the OS."""
+    emulator = build_app(
+        config, model=MODEL, seed=seed, persona=persona,
+        prefix_caching=prefix_caching, kv_events=kv_events,
+    )  # fmt: skip
     server = uvicorn.Server(
         uvicorn.Config(
-            build_app(config, model=MODEL, seed=seed, persona=persona), host="127.0.0.1", port=0,
+            emulator, host="127.0.0.1", port=0,
             loop="uvloop", http="httptools", ws="none", lifespan="on",
             log_level="warning", access_log=False, timeout_graceful_shutdown=2,
         )
@@ -69,7 +81,7 @@ def run_emulator(
         time.sleep(0.005)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield LiveEmulator(port, config)
+        yield LiveEmulator(port, config, emulator.state.kv_events)
     finally:
         server.should_exit = True
         thread.join(timeout=10)

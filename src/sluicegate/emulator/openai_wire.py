@@ -8,6 +8,7 @@ from typing import TypeVar
 
 import orjson
 
+from sluicegate.core.prefix_blocks import prompt_text
 from sluicegate.errors import SluicegateError
 
 DEFAULT_MAX_TOKENS = 256
@@ -55,6 +56,8 @@ class CompletionRequest:
         priority: vLLM's ``priority`` field (default 0, lower runs first); an engine
             started with ``--scheduling-policy priority`` orders and preempts by it, an
             ``fcfs`` one refuses any but 0 (``EngineRunner.submit``).
+        text: the prompt as text (``core.prefix_blocks.prompt_text``), which the
+            emulator hashes into KV blocks for prefix caching; empty for token ids.
     """
 
     prompt_tokens: int
@@ -64,6 +67,7 @@ class CompletionRequest:
     ignore_eos: bool
     n: int = 1
     priority: int = 0
+    text: str = ""
 
 
 def _invalid(message: str, param: str | None) -> ApiError:
@@ -179,6 +183,7 @@ def parse_request(raw: bytes, *, chat: bool, model: str) -> CompletionRequest:
         ignore_eos=bool(_field(body, "ignore_eos", bool, "a boolean")),
         n=n or 1,
         priority=priority,
+        text=prompt_text(body),
     )
 
 

@@ -5,6 +5,7 @@ One asyncio task owns the engine. While it has work it repeats::
     result = engine.step(now)          # the step's effects apply here
     await sleep until now + result.duration_s
     deliver result.tokens / result.finished to the requests' queues
+    after_step()                       # e.g. publish the step's KV events
 
 and sleeps on an ``asyncio.Event`` when idle; ``submit`` sets it. A request
 aborted while its step sleeps is gone from ``_live``, so the tokens that step
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -140,6 +142,9 @@ class RunnerStats:
     aborted_total: int
     finished_total: int
     kv_cache_usage: float
+    prefix_cache_query_tokens: int
+    prefix_cache_hit_tokens: int
+    prefix_cache_hit_rate: float
 
 
 class EngineRunner:
@@ -149,10 +154,20 @@ class EngineRunner:
         engine: the engine to drive; the runner is its only user.
         metrics: where token, latency and outcome metrics go.
         seed: seeds each request's fake text (with its id).
+        after_step: called after each step's outputs are delivered (a KV event publisher
+            drains the prefix cache's stores and evictions there).
     """
 
-    def __init__(self, engine: Engine, metrics: EngineMetrics, *, seed: int = 0) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        metrics: EngineMetrics,
+        *,
+        seed: int = 0,
+        after_step: Callable[[], None] | None = None,
+    ) -> None:
         self._engine = engine
+        self._after_step = after_step
         self._metrics = metrics
         self._seed = seed
         self._live: dict[str, RequestStream] = {}
@@ -187,8 +202,12 @@ class EngineRunner:
         *,
         ignore_eos: bool = False,
         priority: int = 0,
+        prefix: Sequence[int] = (),
     ) -> RequestStream:
         """Queue a request in the engine and return the stream its events will arrive on.
+
+        ``prefix``: the prompt's KV block hashes, for the engine's prefix cache (none: the
+        request neither uses nor fills it).
 
         ``priority`` (lower first) orders it only on an engine with
         ``scheduling_policy="priority"``; an ``fcfs`` engine refuses any but 0 with
@@ -203,8 +222,9 @@ class EngineRunner:
             raise ApiError(400, message, "invalid_request", "priority")
         now = asyncio.get_running_loop().time()
         self._engine.add_request(
-            req_id, prompt_tokens, max_tokens, now, ignore_eos=ignore_eos, priority=priority
-        )
+            req_id, prompt_tokens, max_tokens, now,
+            ignore_eos=ignore_eos, priority=priority, prefix=prefix,
+        )  # fmt: skip
         stream = RequestStream(req_id, prompt_tokens, max_tokens, now, self._seed)
         self._live[req_id] = stream
         self._admitted += 1
@@ -237,6 +257,9 @@ class EngineRunner:
             aborted_total=self._aborted,
             finished_total=self._finished,
             kv_cache_usage=engine.kv_cache_usage,
+            prefix_cache_query_tokens=engine.prefix_cache.query_tokens,
+            prefix_cache_hit_tokens=engine.prefix_cache.hit_tokens,
+            prefix_cache_hit_rate=engine.prefix_cache.hit_rate,
         )
 
     async def _run(self) -> None:
@@ -264,6 +287,8 @@ class EngineRunner:
                 await asyncio.sleep(delay)
             now = loop.time()
             self._deliver(result, now)
+            if self._after_step is not None:
+                self._after_step()
             start = end if now - end < _MAX_LAG_S else now
 
     def _deliver(self, result: StepResult, now: float) -> None:

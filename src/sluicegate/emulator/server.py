@@ -18,6 +18,13 @@ at once, freeing its KV, as vLLM does.
 (each prefilling the prompt, a simplification: vLLM shares it), streamed interleaved as
 their tokens come, each chunk naming its choice's ``index``; one usage covers them all
 (the prompt once, every choice's tokens).
+
+Prefix caching (vLLM's automatic prefix caching, on unless ``prefix_caching=False``, the
+``--no-enable-prefix-caching`` equivalent): a completion's prompt text is cut into the
+engine's KV blocks and hashed (``core.prefix_blocks.block_hashes``, 4 characters a
+token, as the gateway hashes it), and the engine skips the prefill of the leading blocks
+it still caches. ``kv_events`` publishes the cache's stores and evictions as vLLM's KV
+events (``kv_event_publisher``).
 """
 
 from __future__ import annotations
@@ -36,9 +43,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from sluicegate.core.prefix_blocks import block_hashes
 from sluicegate.emulator.embeddings import embeddings_body, parse_embeddings
 from sluicegate.emulator.event_stream import EventStreamResponse, on_disconnect
-from sluicegate.emulator.openai_wire import ApiError, OpenAIShape, parse_request
+from sluicegate.emulator.kv_event_publisher import KvEventPublisher, KvEventsOptions
+from sluicegate.emulator.openai_wire import (
+    CHARS_PER_TOKEN,
+    ApiError,
+    CompletionRequest,
+    OpenAIShape,
+    parse_request,
+)
 from sluicegate.emulator.personalities import EngineMetrics, JsonDocument, Personality, personality
 from sluicegate.emulator.runner import (
     ChoiceEvents,
@@ -66,8 +81,10 @@ class _EmulatorApi:
         model: str,
         max_model_len: int,
         persona: Personality,
+        block_tokens: int | None,
     ) -> None:
         self._runner = runner
+        self._block_tokens = block_tokens
         self._metrics = metrics
         self._persona = persona
         self._model = model
@@ -155,6 +172,7 @@ class _EmulatorApi:
         try:
             parsed = parse_request(await request.body(), chat=chat, model=self._model)
             req_id = self._request_id(request)
+            prefix = self._prefix(parsed)
             for index in range(parsed.n):
                 streams.append(
                     self._submit(
@@ -163,6 +181,7 @@ class _EmulatorApi:
                         parsed.max_tokens,
                         ignore_eos=parsed.ignore_eos,
                         priority=parsed.priority,
+                        prefix=prefix,
                         param="messages" if chat else "prompt",
                     )
                 )
@@ -184,6 +203,13 @@ class _EmulatorApi:
         completion = sum(stream.completion_tokens for stream in streams)
         return _json(shape.body(answers, streams[0].prompt_tokens, completion))
 
+    def _prefix(self, parsed: CompletionRequest) -> tuple[int, ...]:
+        """The hashes of the prompt's full KV blocks, for prefix caching (none when off)."""
+        if self._block_tokens is None:
+            return ()
+        full = parsed.prompt_tokens // self._block_tokens
+        return block_hashes(parsed.text, self._block_tokens, CHARS_PER_TOKEN, limit=full)
+
     def _request_id(self, request: Request) -> str:
         """The client's ``X-Request-Id`` (as vLLM honours it), else a sequence number."""
         given = request.headers.get("x-request-id")
@@ -202,12 +228,14 @@ class _EmulatorApi:
         *,
         ignore_eos: bool = True,
         priority: int = 0,
+        prefix: tuple[int, ...] = (),
         param: str,
     ) -> RequestStream:
         try:
             return self._runner.submit(
-                req_id, prompt_tokens, max_tokens, ignore_eos=ignore_eos, priority=priority
-            )
+                req_id, prompt_tokens, max_tokens,
+                ignore_eos=ignore_eos, priority=priority, prefix=prefix,
+            )  # fmt: skip
         except ValueError as exc:
             message = f"This request is too long for the emulated engine: {exc}"
             raise ApiError(400, message, "context_length_exceeded", param) from exc
@@ -251,7 +279,13 @@ def _document(build: JsonDocument) -> Callable[[Request], Awaitable[Response]]:
 
 
 def build_app(
-    config: EngineConfig, *, model: str, seed: int = 0, persona: str = "vllm"
+    config: EngineConfig,
+    *,
+    model: str,
+    seed: int = 0,
+    persona: str = "vllm",
+    prefix_caching: bool = True,
+    kv_events: KvEventsOptions | None = None,
 ) -> Starlette:
     """The emulator as an ASGI app: one engine, stepped in real time while the app runs.
 
@@ -260,23 +294,43 @@ def build_app(
         model: the model name served (requests naming another get 404).
         seed: seeds output lengths and fake text; same seed and ids, same responses.
         persona: the engine it looks like (``personalities.PERSONALITIES``).
+        prefix_caching: cache prompts' KV blocks and skip the prefill of cached leading
+            blocks (vLLM's automatic prefix caching); no effect on a ``batch_independent``
+            engine, which models no shared KV.
+        kv_events: publish the prefix cache's changes as vLLM's KV events
+            (``app.state.kv_events`` is the publisher, its sockets bound at startup).
 
     Raises:
         KeyError: unknown personality.
+        ValueError: ``kv_events`` without prefix caching, or on a ``batch_independent``
+            engine (there would be no events to publish).
     """
+    if kv_events is not None and (not prefix_caching or config.batch_independent):
+        raise ValueError(
+            "KV events need prefix caching on an engine with a shared KV cache "
+            "(drop --no-prefix-caching, or use a preset that is not batch_independent)"
+        )
     played = personality(persona)
     engine = Engine(config, seed=seed)
     metrics = played.metrics(model, engine)
-    runner = EngineRunner(engine, metrics, seed=seed)
-    api = _EmulatorApi(runner, metrics, model, config.num_blocks * config.block_size, played)
+    publisher = None if kv_events is None else KvEventPublisher(kv_events, engine)
+    after_step = None if publisher is None else publisher.after_step
+    runner = EngineRunner(engine, metrics, seed=seed, after_step=after_step)
+    block_tokens = config.block_size if prefix_caching else None
+    max_model_len = config.num_blocks * config.block_size
+    api = _EmulatorApi(runner, metrics, model, max_model_len, played, block_tokens)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if publisher is not None:
+            publisher.start()
         runner.start()
         try:
             yield
         finally:
             await runner.stop()
+            if publisher is not None:
+                await publisher.stop()
 
     routes = [
         Route("/v1/chat/completions", api.chat_completions, methods=["POST"]),
@@ -291,7 +345,9 @@ def build_app(
             for path, build in played.documents(model, engine).items()
         ),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.kv_events = publisher
+    return app
 
 
 def serve(
@@ -304,6 +360,8 @@ def serve(
     seed: int = 0,
     persona: str = "vllm",
     scheduling_policy: str = "fcfs",
+    prefix_caching: bool = True,
+    kv_events: KvEventsOptions | None = None,
 ) -> None:
     """Serve an engine preset over the OpenAI API until interrupted (``sluicegate emulate``).
 
@@ -316,17 +374,23 @@ def serve(
         seed: seeds output lengths and fake text.
         persona: the engine it looks like (``personalities.PERSONALITIES``).
         scheduling_policy: vLLM's ``--scheduling-policy``, ``fcfs`` or ``priority``.
+        prefix_caching: vLLM's automatic prefix caching (``build_app``).
+        kv_events: publish KV cache events (``build_app``).
 
     Raises:
         KeyError: unknown preset or personality.
-        ValueError: ``max_num_seqs`` out of range, or an unknown ``scheduling_policy``.
+        ValueError: ``max_num_seqs`` out of range, an unknown ``scheduling_policy``, or
+            ``kv_events`` without prefix caching.
     """
     config = dataclasses.replace(
         engine_preset(preset), scheduling_policy=parse_scheduling_policy(scheduling_policy)
     )
     if max_num_seqs is not None:
         config = dataclasses.replace(config, max_num_seqs=max_num_seqs)
-    app = build_app(config, model=model, seed=seed, persona=persona)
+    app = build_app(
+        config, model=model, seed=seed, persona=persona,
+        prefix_caching=prefix_caching, kv_events=kv_events,
+    )  # fmt: skip
     uvicorn.run(
         app, host=host, port=port, loop="uvloop", http="httptools", ws="none",
         log_level="warning", access_log=False,

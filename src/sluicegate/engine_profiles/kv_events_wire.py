@@ -37,6 +37,7 @@ from typing import Any, Literal, TypeGuard
 import msgpack  # type: ignore[import-untyped]  # ships no type hints
 
 from sluicegate.core.kv_index import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
+from sluicegate.errors import SluicegateError
 
 MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
 """The largest batch decoded; a vLLM step's batch is tens of kilobytes (the token ids of
@@ -58,7 +59,7 @@ GPU_MEDIUM = "GPU"
 EventEncoding = Literal["map", "array"]
 
 
-class KvWireError(ValueError):
+class KvWireError(SluicegateError, ValueError):
     """A KV event message that is not vLLM's format, or is over a bound."""
 
 

@@ -8,7 +8,11 @@ engine at scrape time; counters and histograms are fed by the runner.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from sluicegate.engine import Engine
 
@@ -30,6 +34,26 @@ _E2E_BUCKETS = (
 )  # fmt: skip
 
 
+class _PrefixCacheCounters(Collector):
+    """``vllm:prefix_cache_queries_total`` and ``vllm:prefix_cache_hits_total`` (tokens),
+    read from the engine's prefix cache at scrape time."""
+
+    def __init__(self, values: tuple[str, str], engine: Engine) -> None:
+        self._values, self._engine = values, engine
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        cache = self._engine.prefix_cache
+        for name, doc, value in (
+            ("vllm:prefix_cache_queries",
+             "Prefix cache queries, in terms of number of queried tokens.", cache.query_tokens),
+            ("vllm:prefix_cache_hits",
+             "Prefix cache hits, in terms of number of cached tokens.", cache.hit_tokens),
+        ):  # fmt: skip
+            family = CounterMetricFamily(name, doc, labels=list(_LABELS))
+            family.add_metric(list(self._values), float(value))
+            yield family
+
+
 class EmulatorMetrics:
     """The emulator's Prometheus metrics, labelled ``model_name=<model>, engine="0"``.
 
@@ -39,7 +63,9 @@ class EmulatorMetrics:
     the engine's ``block_size`` and ``num_gpu_blocks`` as labels; not for a
     ``batch_independent`` engine, which has no shared KV cache). Counters:
     ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``, ``vllm:num_preemptions_total``,
-    ``vllm:request_success_total{finished_reason}``. Histograms:
+    ``vllm:request_success_total{finished_reason}``, ``vllm:prefix_cache_queries_total`` and
+    ``vllm:prefix_cache_hits_total`` (prompt tokens looked up in and saved by the prefix
+    cache; only prompts of at least one full KV block look it up). Histograms:
     ``vllm:time_to_first_token_seconds``, ``vllm:inter_token_latency_seconds``,
     ``vllm:time_per_output_token_seconds`` (the same per-token gaps, its older
     name) and ``vllm:e2e_request_latency_seconds``.
@@ -55,6 +81,7 @@ class EmulatorMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self._values = values = (model, "0")
         self._gauges(engine)
+        self.registry.register(_PrefixCacheCounters(values, engine))
         self._prompt_tokens = self._counter("vllm:prompt_tokens", "Prefill tokens processed.")
         self._generation_tokens = self._counter(
             "vllm:generation_tokens", "Generation tokens processed."
