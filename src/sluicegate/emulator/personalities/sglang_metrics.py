@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import Gauge
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from sluicegate.emulator.personalities.labelled_registry import LabelledRegistry
 from sluicegate.engine import Engine
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 SCHEDULER_LABELS = ("model_name", "engine_type", "tp_rank", "pp_rank")
 _TTFT_BUCKETS = (
     0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400,
@@ -54,7 +54,7 @@ class _TokenCounters(Collector):
             yield family
 
 
-class SGLangMetrics:
+class SGLangMetrics(LabelledRegistry):
     """The emulator's metrics under SGLang's names (see the module docstring).
 
     Args:
@@ -62,28 +62,19 @@ class SGLangMetrics:
         engine: the engine whose state the gauges report.
     """
 
-    content_type = CONTENT_TYPE
-
     def __init__(self, model: str, engine: Engine) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        super().__init__(("model_name",), (model,))
         self._scheduler_gauges(model, engine)
         self.registry.register(_TokenCounters(model, engine))
-        self._requests = self._counter(
-            model, "sglang:num_requests", "Number of requests processed."
-        )
-        self._aborted = self._counter(
-            model, "sglang:num_aborted_requests", "Number of requests aborted."
-        )
-        self._ttft = self._histogram(
-            model, "sglang:time_to_first_token_seconds",
+        self._requests = self.counter("sglang:num_requests", "Number of requests processed.")
+        self._aborted = self.counter("sglang:num_aborted_requests", "Number of requests aborted.")
+        self._ttft = self.histogram("sglang:time_to_first_token_seconds",
             "Histogram of time to first token in seconds.", _TTFT_BUCKETS,
         )  # fmt: skip
-        self._itl = self._histogram(
-            model, "sglang:inter_token_latency_seconds",
+        self._itl = self.histogram("sglang:inter_token_latency_seconds",
             "Histogram of inter-token latency in seconds.", _ITL_BUCKETS,
         )  # fmt: skip
-        self._e2e = self._histogram(
-            model, "sglang:e2e_request_latency_seconds",
+        self._e2e = self.histogram("sglang:e2e_request_latency_seconds",
             "Histogram of End-to-end request latency in seconds", _E2E_BUCKETS,
         )  # fmt: skip
 
@@ -107,20 +98,6 @@ class SGLangMetrics:
         for name, doc, read in readings:
             gauge = Gauge(name, doc, SCHEDULER_LABELS, registry=self.registry)
             gauge.labels(model, "unified", "0", "0").set_function(read)
-
-    def _counter(self, model: str, name: str, doc: str) -> Counter:
-        counter = Counter(name, doc, ["model_name"], registry=self.registry)
-        child: Counter = counter.labels(model)
-        return child
-
-    def _histogram(self, model: str, name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-        histogram = Histogram(name, doc, ["model_name"], buckets=buckets, registry=self.registry)
-        child: Histogram = histogram.labels(model)
-        return child
-
-    def render(self) -> bytes:
-        """The Prometheus text exposition of every metric, for ``GET /metrics``."""
-        return generate_latest(self.registry)
 
     def first_token(self, prompt_tokens: int, ttft_s: float) -> None:
         """A request's first token came after ``ttft_s``."""

@@ -10,11 +10,8 @@ histograms are fed by the runner.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-
-from sluicegate.emulator.personalities.vllm_metrics import CONTENT_TYPE, FINISH_REASONS
+from sluicegate.emulator.personalities.labelled_registry import LabelledRegistry, Reading
+from sluicegate.emulator.personalities.vllm_metrics import FINISH_REASONS
 from sluicegate.engine import Engine
 
 _LABELS = ("model_name", "engine_type")
@@ -37,7 +34,7 @@ def _hit_rate(engine: Engine) -> float:
     return cache.hit_tokens / cache.query_tokens if cache.query_tokens else 0.0
 
 
-class TensorRTLLMMetrics:
+class TensorRTLLMMetrics(LabelledRegistry):
     """The emulator's metrics as ``trtllm-serve`` names them, labelled
     ``model_name=<model>, engine_type="trtllm"``.
 
@@ -54,38 +51,32 @@ class TensorRTLLMMetrics:
         engine: the engine whose state the gauges report.
     """
 
-    content_type = CONTENT_TYPE
-
     def __init__(self, model: str, engine: Engine) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        self._values = values = (model, "trtllm")
+        super().__init__(_LABELS, (model, "trtllm"))
         self._gauges(engine)
-        self._prompt_tokens = self._counter("trtllm_prompt_tokens", "Prompt tokens processed.")
-        self._generation_tokens = self._counter(
+        self._prompt_tokens = self.counter("trtllm_prompt_tokens", "Prompt tokens processed.")
+        self._generation_tokens = self.counter(
             "trtllm_generation_tokens", "Generation tokens produced."
         )
-        success = Counter(
-            "trtllm_request_success",
-            "Count of successfully processed requests.",
-            [*_LABELS, "finished_reason"],
-            registry=self.registry,
-        )
-        self._success = {reason: success.labels(*values, reason) for reason in FINISH_REASONS}
-        self._ttft = self._histogram(
+        self._success = self.counters_by(
+            "trtllm_request_success", "Count of successfully processed requests.",
+            "finished_reason", FINISH_REASONS,
+        )  # fmt: skip
+        self._ttft = self.histogram(
             "trtllm_time_to_first_token_seconds", "Time to first token in seconds.", _TTFT_BUCKETS
         )
-        self._tpot = self._histogram(
+        self._tpot = self.histogram(
             "trtllm_time_per_output_token_seconds", "Time per output token in seconds.",
             _TPOT_BUCKETS,
         )  # fmt: skip
-        self._e2e = self._histogram(
+        self._e2e = self.histogram(
             "trtllm_e2e_request_latency_seconds", "End to end request latency in seconds.",
             _E2E_BUCKETS,
         )  # fmt: skip
 
     def _gauges(self, engine: Engine) -> None:
         config = engine.config
-        readings: list[tuple[str, str, Callable[[], float]]] = [
+        readings: list[Reading] = [
             ("trtllm_num_requests_running", "Number of active requests",
              lambda: float(engine.num_requests_running)),
             ("trtllm_num_requests_waiting", "Number of queued requests",
@@ -108,23 +99,7 @@ class TensorRTLLMMetrics:
                 ("trtllm_kv_cache_tokens_per_block", "Number of tokens per KV cache block",
                  lambda: float(config.block_size)),
             ]  # fmt: skip
-        for name, doc, read in readings:
-            gauge = Gauge(name, doc, _LABELS, registry=self.registry)
-            gauge.labels(*self._values).set_function(read)
-
-    def _counter(self, name: str, doc: str) -> Counter:
-        counter = Counter(name, doc, _LABELS, registry=self.registry)
-        child: Counter = counter.labels(*self._values)
-        return child
-
-    def _histogram(self, name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-        histogram = Histogram(name, doc, _LABELS, buckets=buckets, registry=self.registry)
-        child: Histogram = histogram.labels(*self._values)
-        return child
-
-    def render(self) -> bytes:
-        """The Prometheus text exposition, for ``GET /prometheus/metrics``."""
-        return generate_latest(self.registry)
+        self.gauges(readings)
 
     def first_token(self, prompt_tokens: int, ttft_s: float) -> None:
         """A request's prompt was processed and its first token delivered after ``ttft_s``."""

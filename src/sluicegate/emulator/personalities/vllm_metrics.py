@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import Gauge
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from sluicegate.emulator.personalities.labelled_registry import LabelledRegistry
 from sluicegate.engine import Engine
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 FINISH_REASONS: tuple[str, ...] = ("stop", "length", "abort")
 
 _LABELS = ("model_name", "engine")
@@ -38,7 +38,7 @@ class _PrefixCacheCounters(Collector):
     """``vllm:prefix_cache_queries_total`` and ``vllm:prefix_cache_hits_total`` (tokens),
     read from the engine's prefix cache at scrape time."""
 
-    def __init__(self, values: tuple[str, str], engine: Engine) -> None:
+    def __init__(self, values: tuple[str, ...], engine: Engine) -> None:
         self._values, self._engine = values, engine
 
     def collect(self) -> Iterator[CounterMetricFamily]:
@@ -54,7 +54,7 @@ class _PrefixCacheCounters(Collector):
             yield family
 
 
-class EmulatorMetrics:
+class EmulatorMetrics(LabelledRegistry):
     """The emulator's Prometheus metrics, labelled ``model_name=<model>, engine="0"``.
 
     Gauges: ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
@@ -75,37 +75,31 @@ class EmulatorMetrics:
         engine: the engine whose state the gauges report.
     """
 
-    content_type = CONTENT_TYPE
-
     def __init__(self, model: str, engine: Engine) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        self._values = values = (model, "0")
+        super().__init__(_LABELS, (model, "0"))
         self._gauges(engine)
-        self.registry.register(_PrefixCacheCounters(values, engine))
-        self._prompt_tokens = self._counter("vllm:prompt_tokens", "Prefill tokens processed.")
-        self._generation_tokens = self._counter(
+        self.registry.register(_PrefixCacheCounters(self.values, engine))
+        self._prompt_tokens = self.counter("vllm:prompt_tokens", "Prefill tokens processed.")
+        self._generation_tokens = self.counter(
             "vllm:generation_tokens", "Generation tokens processed."
         )
-        self._preemptions = self._counter(
+        self._preemptions = self.counter(
             "vllm:num_preemptions", "Cumulative number of preemptions from the engine."
         )
-        success = Counter(
-            "vllm:request_success",
-            "Count of successfully processed requests.",
-            [*_LABELS, "finished_reason"],
-            registry=self.registry,
-        )
-        self._success = {reason: success.labels(*values, reason) for reason in FINISH_REASONS}
-        self._ttft = self._histogram(
+        self._success = self.counters_by(
+            "vllm:request_success", "Count of successfully processed requests.",
+            "finished_reason", FINISH_REASONS,
+        )  # fmt: skip
+        self._ttft = self.histogram(
             "vllm:time_to_first_token_seconds", "Time to first token in seconds.", _TTFT_BUCKETS
         )
-        self._itl = self._histogram(
+        self._itl = self.histogram(
             "vllm:inter_token_latency_seconds", "Inter-token latency in seconds.", _ITL_BUCKETS
         )
-        self._tpot = self._histogram(
+        self._tpot = self.histogram(
             "vllm:time_per_output_token_seconds", "Time per output token in seconds.", _ITL_BUCKETS
         )
-        self._e2e = self._histogram(
+        self._e2e = self.histogram(
             "vllm:e2e_request_latency_seconds", "End-to-end request latency in seconds.",
             _E2E_BUCKETS,
         )  # fmt: skip
@@ -123,9 +117,7 @@ class EmulatorMetrics:
              "DEPRECATED: Use vllm:kv_cache_usage_perc instead.",
              lambda: engine.kv_cache_usage),
         )  # fmt: skip
-        for name, doc, read in readings:
-            gauge = Gauge(name, doc, _LABELS, registry=self.registry)
-            gauge.labels(*self._values).set_function(read)
+        self.gauges(readings)
         config = engine.config
         if config.batch_independent:
             return  # independent servers model no shared KV cache to report
@@ -136,20 +128,6 @@ class EmulatorMetrics:
             registry=self.registry,
         )
         info.labels("0", str(config.block_size), str(config.num_blocks)).set(1.0)
-
-    def _counter(self, name: str, doc: str) -> Counter:
-        counter = Counter(name, doc, _LABELS, registry=self.registry)
-        child: Counter = counter.labels(*self._values)
-        return child
-
-    def _histogram(self, name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-        histogram = Histogram(name, doc, _LABELS, buckets=buckets, registry=self.registry)
-        child: Histogram = histogram.labels(*self._values)
-        return child
-
-    def render(self) -> bytes:
-        """The Prometheus text exposition of every metric, for ``GET /metrics``."""
-        return generate_latest(self.registry)
 
     def first_token(self, prompt_tokens: int, ttft_s: float) -> None:
         """A request's prompt was processed and its first token delivered after ``ttft_s``."""
