@@ -172,4 +172,3 @@ def test_an_event_of_a_kind_it_does_not_read_is_skipped() -> None:
         [1.0, [["BlockUpdated", [1]], {"type": "BlockRemoved", "block_hashes": [2]}]]
     )
     assert decode_batch(payload) == (1.0, [BlockRemoved((2,))])
-
