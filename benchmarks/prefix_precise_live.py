@@ -214,16 +214,21 @@ def _pair(live_value: float, sim_value: float, digits: int = 2) -> list[str]:
     return [f"{live_value:.{digits}f}", f"{sim_value:.{digits}f}", f"{ratio:.2f}"]
 
 
-def rows(runs: Sequence[tuple[float, LiveSetup, Figures, Figures]]) -> list[str]:
-    """The Markdown table: per load and router, live, simulated and live ÷ simulated."""
+Run = tuple[float, LiveSetup, Figures, Figures, float]
+"""(offered req/s, router, live figures, simulated figures, other processes' cores)."""
+
+
+def rows(runs: Sequence[Run]) -> list[str]:
+    """The Markdown table: per load and router, live, simulated and live ÷ simulated, and
+    the cores other processes kept busy during the live run."""
     head = [
         "offered (req/s)", "router", "completed",
         "TTFT p50 live (s)", "sim", "÷", "TTFT p90 live (s)", "sim", "÷",
         "TTFT p99 live (s)", "sim", "÷", "output tok/s live", "sim", "÷",
-        "hit rate live", "sim", "within 15%",
+        "hit rate live", "sim", "within 15%", "others' cores",
     ]  # fmt: skip
-    out = ["| " + " | ".join(head) + " |", "|---:|---|" + "---:|" * 15 + "---|"]
-    for rate, setup, got, sim in runs:
+    out = ["| " + " | ".join(head) + " |", "|---:|---|" + "---:|" * 15 + "---|---:|"]
+    for rate, setup, got, sim, others in runs:
         pairs = [
             (got.p50_s, sim.p50_s), (got.p90_s, sim.p90_s), (got.p99_s, sim.p99_s),
             (got.output_tok_s, sim.output_tok_s),
@@ -232,7 +237,7 @@ def rows(runs: Sequence[tuple[float, LiveSetup, Figures, Figures]]) -> list[str]
         for k, (live_value, sim_value) in enumerate(pairs):
             cells += _pair(live_value, sim_value, 1 if k == 3 else 2)
         cells += [f"{got.hit_rate:.1%}", f"{sim.hit_rate:.1%}"]
-        cells.append(_verdict([*pairs, (got.hit_rate, sim.hit_rate)]))
+        cells += [_verdict([*pairs, (got.hit_rate, sim.hit_rate)]), f"{others:.2f}"]
         out.append("| " + " | ".join(cells) + " |")
     return out
 
@@ -248,8 +253,7 @@ def run_live(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """Every (load, router) live and simulated; the table rows and the notes under it."""
     out = wide_console()
     rates = [float(x) for x in args.live_rates.split(",") if x]
-    runs: list[tuple[float, LiveSetup, Figures, Figures]] = []
-    busy: list[float] = []
+    runs: list[Run] = []
     with live_stack(out, "sluicegate-prefix-live-") as stack:
         for rate in rates:
             requests = b2b_texts(
@@ -261,16 +265,17 @@ def run_live(args: argparse.Namespace) -> tuple[list[str], list[str]]:
                 with out.status(f"{rate:g} req/s, {setup.router}: {len(requests)} live…"):
                     got, others = live(stack, setup, requests)
                 sim = simulated(setup, requests, args.seed)
-                busy.append(others)
-                runs.append((rate, setup, got, sim))
+                runs.append((rate, setup, got, sim, others))
                 out.print(
                     f"{rate:g} req/s {setup.label}: live p90 {got.p90_s:.2f} s, sim "
                     f"{sim.p90_s:.2f} s; hit {got.hit_rate:.1%} / {sim.hit_rate:.1%}; "
                     f"{got.completed}/{got.offered}; others {others:.2f} cores"
                 )
     notes = [
-        f"Cores kept busy by other processes during the live runs: {min(busy):.2f}–{max(busy):.2f}."
-        if busy
-        else "",
+        f"{CUSTOMERS} customers with {CONTEXT_TOKENS:,}-token contexts (Zipf 1.1), questions "
+        "of median 32 tokens, 16 tokens out, Poisson arrivals for "
+        f"{args.live_duration:g} s per run, seed {args.seed}; {REPLICAS} replicas of the "
+        f"`{PRESET}` preset. Others' cores: what processes not ours kept busy during the "
+        "live run (2 cores in all)."
     ]
     return rows(runs), notes
