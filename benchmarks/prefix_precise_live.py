@@ -84,10 +84,14 @@ class Figures:
 
 
 def config_text(setup: LiveSetup, backends: Sequence[tuple[str, str, str]]) -> str:
-    """The model's configuration; ``backends`` are ``(url, kv endpoint, replay endpoint)``."""
+    """The model's configuration; ``backends`` are ``(url, kv endpoint, replay endpoint)``.
+
+    The backends are named as the simulator names its replicas (``r0``…,
+    ``sim/replica_backends.py``): the ring lays its points out by backend name, so other
+    names would place the customers elsewhere live than in the simulation."""
     penalty = "null" if setup.penalty_ms is None else f"{setup.penalty_ms:g}"
     lines = "".join(
-        f"      - {{name: e{i}, url: '{url}', engine: emulator,"
+        f"      - {{name: r{i}, url: '{url}', engine: emulator,"
         f" kv_events: {{endpoint: '{pub}', replay_endpoint: '{replay}'}}}}\n"
         for i, (url, pub, replay) in enumerate(backends)
     )
