@@ -131,15 +131,17 @@ class LiveStack:
         *,
         max_num_seqs: int | None = None,
         scheduling_policy: str | None = None,
+        extra_args: Sequence[str] = (),
     ) -> Process:
         """Start ``sluicegate emulate`` serving ``model`` with the engine ``preset`` (and
-        ``--max-num-seqs``, ``--scheduling-policy`` when given)."""
+        ``--max-num-seqs``, ``--scheduling-policy`` when given, then ``extra_args``)."""
         port = free_port()
         args = ["emulate", "--port", str(port), "--preset", preset, "--model", model]
         if max_num_seqs is not None:
             args += ["--max-num-seqs", str(max_num_seqs)]
         if scheduling_policy is not None:
             args += ["--scheduling-policy", scheduling_policy]
+        args += extra_args
         return self._start(f"engine-{model}", args, port, "/health")
 
     def gateway(

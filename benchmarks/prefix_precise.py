@@ -36,7 +36,11 @@ prefix pays while the wait it adds is below what a miss elsewhere would cost, wh
 that prefill; so at most about one cold context may be queued ahead. Measured at 75
 req/s: 100 and 150 ms spill too early (p90 22 s), 200–300 ms sustain (p90 0.19 s), 500,
 1000 and 2000 ms hot-spot (p90 4.7, 7.2, 8.8 s)."""
+LIVE_PENALTY_MS = 500.0
+"""The live sticky router's ``max_ttft_penalty_ms``: about one cold 1,536-token context's
+prefill on the ten-fold slowed preset (384 ms) plus a question's."""
 SECTION = "prefix_precise"
+LIVE_SECTION = "prefix_precise_live"
 
 
 def setups(penalty_ms: float) -> list[Setup]:
@@ -143,6 +147,23 @@ def goals(results: Sequence[Metrics], rates: Sequence[float], delays: Sequence[f
     return rows
 
 
+def main_live(args: argparse.Namespace) -> int:
+    """The live comparison (``prefix_precise_live.py``): print the table, or write it."""
+    from prefix_precise_live import run_live
+
+    table, notes = run_live(args)
+    command = (
+        f"python benchmarks/prefix_precise.py --live --live-rates {args.live_rates} "
+        f"--live-duration {args.live_duration:g} --live-penalty {args.live_penalty:g} "
+        f"--seed {args.seed}"
+    )
+    text = "\n".join([f"`{command}`", "", *table, "", *notes])
+    print(text)
+    if args.write is not None:
+        write_section(args.write, LIVE_SECTION, text)
+    return 0
+
+
 def _floats(text: str) -> list[float]:
     return [float(x) for x in text.split(",") if x]
 
@@ -162,7 +183,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("sim-out/prefix_precise"))
     parser.add_argument("--write", type=Path, default=None)
+    parser.add_argument("--live", action="store_true", help="the live B2B comparison instead")
+    parser.add_argument("--live-rates", default="4,7,10", help="live B2B req/s")
+    parser.add_argument("--live-duration", type=float, default=15.0, help="live seconds per run")
+    parser.add_argument("--live-penalty", type=float, default=LIVE_PENALTY_MS, help="sticky ms")
     args = parser.parse_args(argv)
+    if args.live:
+        return main_live(args)
     rates, delays = _floats(args.rates), _floats(args.delays)
     shared_rates, trace_rates = _floats(args.shared_rates), _floats(args.trace_rates)
     traces = {

@@ -112,6 +112,22 @@ PRESETS: dict[str, EngineConfig] = {
         per_decode_seq_s=5.0e-4,
         per_kv_token_s=1.0e-7,
     ),
+    # The live precise-prefix benchmark's engine (benchmarks/prefix_precise_live.py), not
+    # calibrated: the Llama-3.1-8B/H100 timings slowed ten-fold, so that four emulated
+    # replicas, a gateway and the load generator keep real time on a 2-core machine
+    # (~15 steps/s each), with a KV cache of 1,000 blocks (16 k tokens), so that a replica
+    # holds about 10 of the benchmark's 24 customer contexts of 1,536 tokens and where each
+    # customer goes matters.
+    "prefix-live": EngineConfig(
+        max_num_seqs=64,
+        max_num_batched_tokens=8192,
+        kv_capacity_tokens=1000 * 16,
+        block_size=16,
+        base_s=0.065,
+        per_prefill_token_s=2.5e-4,
+        per_decode_seq_s=3.0e-4,
+        per_kv_token_s=5.0e-7,
+    ),
     # llama.cpp's llama-server (llama-cpp-python 0.3.36 sdist) serving the tests' tiny GGUF
     # (2 layers, width 64) on this machine type's CPU (2-core x86_64 VM), started as
     # tests/realengine starts it: --parallel 4 (slots), -c 8192 (KV: 2,048 tokens per
