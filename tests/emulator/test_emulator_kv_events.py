@@ -21,9 +21,10 @@ from typer.testing import CliRunner
 
 from sluicegate.cli import app
 from sluicegate.core.kv_index import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
+from sluicegate.core.kv_index import events_of as group_events
 from sluicegate.core.prefix_blocks import block_hashes, prompt_text
 from sluicegate.demo.processes import free_port
-from sluicegate.emulator.kv_event_publisher import KvEventsOptions, group_events
+from sluicegate.emulator.kv_event_publisher import KvEventsOptions
 from sluicegate.engine import preset
 from sluicegate.engine_profiles.kv_events_wire import (
     decode_batch,

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from sluicegate.config import Config, parse_config
 from sluicegate.core.decisions import Decision
 from sluicegate.core.kv_index import BlockIndex, BlockRemoved, BlockStored, KvEvent
+from sluicegate.core.kv_index import events_of as grouped_events
 from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.spec import SchedulerSpec
 from sluicegate.core.ticket import Ticket
@@ -23,7 +24,7 @@ from sluicegate.engine import preset
 from sluicegate.engine.engine_config import EngineConfig
 from sluicegate.sim.comparison import run_comparison
 from sluicegate.sim.replica_backends import with_replicas
-from sluicegate.sim.replica_kv_events import KvEventFeed, grouped_events, publishes_kv_events
+from sluicegate.sim.replica_kv_events import KvEventFeed, publishes_kv_events
 from sluicegate.sim.virtual_driver import _Simulation, simulate
 from sluicegate.sim.workloads.prefix import shared_prefix
 

@@ -45,6 +45,24 @@ class AllBlocksCleared:
 KvEvent = BlockStored | BlockRemoved | AllBlocksCleared
 
 
+def events_of(changes: Iterable[tuple[bool, int]]) -> tuple[KvEvent, ...]:
+    """``(stored, block)`` cache changes in order (``PrefixCache.drain_events``) as the
+    events an engine publishes: each run of stores one ``BlockStored``, each run of
+    evictions one ``BlockRemoved``, in order."""
+    events: list[KvEvent] = []
+    run: list[int] = []
+    storing = False
+    for stored, block in changes:
+        if run and stored != storing:
+            events.append(BlockStored(tuple(run)) if storing else BlockRemoved(tuple(run)))
+            run = []
+        storing = stored
+        run.append(block)
+    if run:
+        events.append(BlockStored(tuple(run)) if storing else BlockRemoved(tuple(run)))
+    return tuple(events)
+
+
 class BlockIndex:
     """The block hashes one engine holds, oldest announcement first, at most ``max_blocks``.
 

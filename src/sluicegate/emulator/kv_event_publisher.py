@@ -32,7 +32,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from sluicegate.core.kv_index import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
+from sluicegate.core.kv_index import AllBlocksCleared, KvEvent, events_of
 from sluicegate.engine import Engine
 from sluicegate.engine_profiles.kv_events_wire import (
     REPLAY_END,
@@ -72,23 +72,6 @@ class KvEventsOptions:
                 raise ValueError(f"KV events {name} must be tcp://host:port, got {address!r}")
         if self.replay_batches < 1:
             raise ValueError(f"replay_batches must be >= 1, got {self.replay_batches}")
-
-
-def group_events(changes: Sequence[tuple[bool, int]]) -> list[KvEvent]:
-    """``(stored, block)`` changes in order as events: each run of consecutive stores one
-    ``BlockStored``, each run of evictions one ``BlockRemoved``."""
-    events: list[KvEvent] = []
-    run: list[int] = []
-    storing = False
-    for stored, block in changes:
-        if run and stored != storing:
-            events.append(BlockStored(tuple(run)) if storing else BlockRemoved(tuple(run)))
-            run = []
-        storing = stored
-        run.append(block)
-    if run:
-        events.append(BlockStored(tuple(run)) if storing else BlockRemoved(tuple(run)))
-    return events
 
 
 class KvEventPublisher:
@@ -140,7 +123,7 @@ class KvEventPublisher:
 
     def after_step(self) -> None:
         """Publish the prefix cache's changes since the last call, if any."""
-        events = group_events(self._cache.drain_events())
+        events = events_of(self._cache.drain_events())
         if events:
             self.publish(events)
 

@@ -23,11 +23,11 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
-from sluicegate.core.kv_index import DEFAULT_MAX_BLOCKS, BlockRemoved, BlockStored, KvEvent
+from sluicegate.core.kv_index import DEFAULT_MAX_BLOCKS, KvEvent, events_of
 from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.spec import ModelSpec
 
-__all__ = ["PRECISE_ROUTER", "KvEventFeed", "grouped_events", "publishes_kv_events"]
+__all__ = ["PRECISE_ROUTER", "KvEventFeed", "publishes_kv_events"]
 
 PRECISE_ROUTER = "precise_prefix"
 """The router that reads the engines' KV events."""
@@ -37,23 +37,6 @@ def publishes_kv_events(model: ModelSpec) -> bool:
     """Whether the model's simulated engines publish KV events: a backend has
     ``kv_events``, or the router is :data:`PRECISE_ROUTER`."""
     return model.router == PRECISE_ROUTER or any(b.kv_events for b in model.backends)
-
-
-def grouped_events(drained: Sequence[tuple[bool, int]]) -> tuple[KvEvent, ...]:
-    """``PrefixCache.drain_events`` output as events: each run of stores one
-    ``BlockStored`` and each run of evictions one ``BlockRemoved``, in order."""
-    out: list[KvEvent] = []
-    run: list[int] = []
-    kind = True
-    for stored, block in drained:
-        if run and stored != kind:
-            out.append(BlockStored(tuple(run)) if kind else BlockRemoved(tuple(run)))
-            run = []
-        kind = stored
-        run.append(block)
-    if run:
-        out.append(BlockStored(tuple(run)) if kind else BlockRemoved(tuple(run)))
-    return tuple(out)
 
 
 class KvEventFeed:
@@ -92,7 +75,7 @@ class KvEventFeed:
         if not drained:
             return
         self._seq += 1
-        item = (step_end + self.delay_s, self._seq, backend, grouped_events(drained))
+        item = (step_end + self.delay_s, self._seq, backend, events_of(drained))
         heapq.heappush(self._pending, item)
 
     def deliver(self, now: float, scheduler: Scheduler) -> None:
