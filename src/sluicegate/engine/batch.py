@@ -39,7 +39,7 @@ class BatchSchedule:
         iterator then never reaches.
         """
         tokens = out.tokens
-        prefill = decode = kv = 0
+        prefill = decode = kv = attn = 0
         for seq in self._running:
             if budget <= 0:
                 break
@@ -55,6 +55,7 @@ class BatchSchedule:
             kv += new
             if computed < seq.prefill_end:
                 prefill += n
+                attn += n * computed + n * (n + 1) // 2
                 if new == seq.total:
                     self._emit(seq, out)
                 continue
@@ -69,6 +70,7 @@ class BatchSchedule:
         out.prefill += prefill
         out.decode += decode
         out.kv += kv
+        out.attn += attn
         return budget
 
     def _grow(self, seq: SeqState, new: int, out: StepOutput) -> bool:
@@ -131,6 +133,7 @@ class BatchSchedule:
             seq.prefill_end = seq.total
             budget -= n
             out.prefill += n
+            out.attn += n * cached + n * (n + 1) // 2
             out.kv += cached + n
             if seq.prefix:
                 self._cache.count(seq.prompt_tokens, cached, self._free_blocks)

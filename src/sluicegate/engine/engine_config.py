@@ -35,6 +35,18 @@ def _check_coefficient(name: str, value: float) -> None:
     )
 
 
+COEFFICIENTS = (
+    "base_s",
+    "per_prefill_token_s",
+    "per_decode_seq_s",
+    "per_kv_token_s",
+    "per_prefill_attn_s",
+    "request_overhead_s",
+    "response_overhead_s",
+)
+"""``EngineConfig``'s timing fields, in seconds (each a finite number >= 0)."""
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     """Capacity and timing of one continuous-batching engine (one replica).
@@ -45,9 +57,21 @@ class EngineConfig:
                      + per_prefill_token_s · prefill_tokens
                      + per_decode_seq_s   · decode_seqs
                      + per_kv_token_s     · kv_tokens_attended
+                     + per_prefill_attn_s · prefill_pairs
 
     where ``kv_tokens_attended`` is the sum, over the sequences in the step, of
-    their context length after the step (the KV the attention kernels read).
+    their context length after the step (the KV the attention kernels read), and
+    ``prefill_pairs`` counts the (query, key) pairs of the step's prefill: a chunk
+    of n prompt tokens after c tokens already computed attends n·c + n(n+1)/2 of
+    them, so a prompt's prefill grows quadratically with its length, as
+    attention's does (what makes llama.cpp's CPU prefill superlinear).
+
+    Two fixed costs per request lie outside the steps, and the drivers (the
+    simulator's replicas) apply them: ``request_overhead_s`` from the moment the
+    gateway sends a request until the engine's scheduler can admit it (HTTP,
+    parsing, tokenization), and ``response_overhead_s`` from a token's step until
+    the gateway has it (detokenization, the server's SSE write, the relay); the
+    last token's marks the end of the request, when the gateway's slot frees.
 
     Attributes:
         max_num_seqs: most sequences in the running batch (vLLM ``--max-num-seqs``).
@@ -62,6 +86,9 @@ class EngineConfig:
         per_prefill_token_s: cost per prompt (or recomputed) token in the step.
         per_decode_seq_s: cost per sequence decoding one token in the step.
         per_kv_token_s: cost per context token attended in the step.
+        per_prefill_attn_s: cost per (query, key) pair of the step's prefill.
+        request_overhead_s: a request's time from the gateway to the engine's queue.
+        response_overhead_s: a token's time from its step to the gateway.
         batch_independent: model ``max_num_seqs`` independent servers instead of
             one shared batch: each request's service time is its solo time,
             whatever else is running, and KV capacity never preempts. Used for
@@ -82,6 +109,9 @@ class EngineConfig:
     per_prefill_token_s: float = 0.0
     per_decode_seq_s: float = 0.0
     per_kv_token_s: float = 0.0
+    per_prefill_attn_s: float = 0.0
+    request_overhead_s: float = 0.0
+    response_overhead_s: float = 0.0
     batch_independent: bool = False
     scheduling_policy: SchedulingPolicy = "fcfs"
 
@@ -103,7 +133,7 @@ class EngineConfig:
             f"kv_capacity_tokens must be >= block_size ({self.block_size}), "
             f"got {self.kv_capacity_tokens}",
         )
-        for name in ("base_s", "per_prefill_token_s", "per_decode_seq_s", "per_kv_token_s"):
+        for name in COEFFICIENTS:
             _check_coefficient(name, getattr(self, name))
         _require(
             self.base_s > 0.0, f"base_s must be > 0 (every step takes time), got {self.base_s}"
@@ -155,9 +185,10 @@ class EngineConfig:
 
         Prefill steps (chunks of at most ``max_num_batched_tokens`` with chunked
         prefill; one step when ``batch_independent``) each cost
-        ``step_s(chunk, 0, context)``, the last one emitting token 1; token g + 1
+        ``step_s(chunk, 0, context, pairs)``, the last one emitting token 1; token g + 1
         then costs ``step_s(0, 1, prompt + g)`` for g = 1 … o − 1, which sums to
-        ``(o−1)·(base + b) + c·((o−1)·p + (o−1)·o/2)``.
+        ``(o−1)·(base + b) + c·((o−1)·p + (o−1)·o/2)``. The request's fixed
+        overheads are not in it (``solo_latency_s`` adds them).
         """
         if prompt_tokens < 1 or output_tokens < 1:
             raise ValueError("prompt_tokens and output_tokens must be >= 1")
@@ -168,17 +199,26 @@ class EngineConfig:
         context = 0
         while context < prompt_tokens:
             n = min(chunk, prompt_tokens - context)
+            total += self.step_s(n, 0, context + n, n * context + n * (n + 1) // 2)
             context += n
-            total += self.step_s(n, 0, context)
         decodes = output_tokens - 1
         kv = decodes * prompt_tokens + decodes * output_tokens // 2
         return total + decodes * (self.base_s + self.per_decode_seq_s) + self.per_kv_token_s * kv
 
-    def step_s(self, prefill_tokens: int, decode_seqs: int, kv_tokens_attended: int) -> float:
+    def solo_latency_s(self, prompt_tokens: int, output_tokens: int) -> float:
+        """What a client of a request alone on the engine waits from sending it to its
+        last token: ``solo_service_s`` plus the request's two fixed overheads."""
+        service = self.solo_service_s(prompt_tokens, output_tokens)
+        return self.request_overhead_s + service + self.response_overhead_s
+
+    def step_s(
+        self, prefill_tokens: int, decode_seqs: int, kv_tokens_attended: int, prefill_pairs: int = 0
+    ) -> float:
         """Duration of one step with this batch composition (the formula above)."""
         return (
             self.base_s
             + self.per_prefill_token_s * prefill_tokens
             + self.per_decode_seq_s * decode_seqs
             + self.per_kv_token_s * kv_tokens_attended
+            + self.per_prefill_attn_s * prefill_pairs
         )

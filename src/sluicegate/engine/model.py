@@ -267,7 +267,7 @@ class Engine(PrioritySchedule):
         self._generation_tokens += len(out.tokens)
         if self._to_cache:
             self._cache.insert_all(self._to_cache, self._free_blocks)
-        return out.result(self._config.step_s(out.prefill, out.decode, out.kv))
+        return out.result(self._config.step_s(out.prefill, out.decode, out.kv, out.attn))
 
     def plan_decode(self, max_steps: int) -> DecodeRun | None:
         """The next pure-decode steps, up to ``max_steps``, without running them.

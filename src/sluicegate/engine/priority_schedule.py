@@ -51,6 +51,7 @@ class PrioritySchedule(BatchSchedule):
             out.kv += new
             if computed < seq.prefill_end:
                 out.prefill += n
+                out.attn += n * computed + n * (n + 1) // 2
             else:
                 out.decode += 1
             if new == seq.total:

@@ -47,7 +47,8 @@ class IndependentServers:
             seq.blocks = (p + bs - 1) // bs
             taken += seq.blocks
             self.running += 1
-            heapq.heappush(self._events, (start + cfg.step_s(p, 0, p), seq.order, seq))
+            prefill_s = cfg.step_s(p, 0, p, p * (p + 1) // 2)
+            heapq.heappush(self._events, (start + prefill_s, seq.order, seq))
         return taken
 
     def release(self, at: float) -> None:

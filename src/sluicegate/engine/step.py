@@ -71,14 +71,15 @@ class SeqState:
 class StepOutput:
     """Mutable accumulator for one step's outputs; ``result`` freezes it."""
 
-    __slots__ = ("decode", "finished", "first", "kv", "preempted", "prefill", "released", "tokens")
+    __slots__ = ("attn", "decode", "finished", "first", "kv", "preempted", "prefill", "released",
+                 "tokens")  # fmt: skip
 
     def __init__(self) -> None:
         self.tokens: dict[str, int] = {}
         self.first: list[str] = []
         self.finished: list[str] = []
         self.preempted: list[str] = []
-        self.prefill = self.decode = self.kv = self.released = 0
+        self.prefill = self.decode = self.kv = self.released = self.attn = 0
 
     def result(self, duration_s: float) -> StepResult:
         """The step's ``StepResult``, lasting ``duration_s``."""
