@@ -92,57 +92,69 @@ def vocabulary() -> Vocabulary:
     return Vocabulary(tokens, types, list(MERGES), np.array(printable), im_start, im_end)
 
 
-def _weights(vocab: Vocabulary, seed: int) -> dict[str, np.ndarray]:
+@dataclass(frozen=True)
+class Shape:
+    """A model's size: the tiny default, or a larger one whose steps take milliseconds
+    (the fidelity benchmark's, so HTTP is not most of a request's time)."""
+
+    width: int = WIDTH
+    layers: int = LAYERS
+    heads: int = HEADS
+    ffn: int = FFN
+
+
+def _weights(vocab: Vocabulary, seed: int, shape: Shape) -> dict[str, np.ndarray]:
     """Every tensor, in numpy's (rows = outputs) order, which GGUF stores reversed."""
+    width, ffn = shape.width, shape.ffn
     rng = np.random.default_rng(seed)
     n_vocab = len(vocab.tokens)
 
     def normal(rows: int, cols: int, scale: float) -> np.ndarray:
         return (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
 
-    embed = normal(n_vocab, WIDTH, 1.0)
+    embed = normal(n_vocab, width, 1.0)
     embed[:, 0] = BIAS_LEVEL
-    output = normal(n_vocab, WIDTH, 0.3)
+    output = normal(n_vocab, width, 0.3)
     output[:, 0] = np.where(vocab.printable, BIAS_WEIGHT, -BIAS_WEIGHT)
     tensors = {
         "token_embd.weight": embed,
-        "output_norm.weight": np.ones(WIDTH, dtype=np.float32),
+        "output_norm.weight": np.ones(width, dtype=np.float32),
         "output.weight": output,
     }
-    fan_in = WIDTH**-0.5
-    for layer in range(LAYERS):
-        attn_out = normal(WIDTH, WIDTH, fan_in)
-        down = normal(WIDTH, FFN, FFN**-0.5)
+    fan_in = width**-0.5
+    for layer in range(shape.layers):
+        attn_out = normal(width, width, fan_in)
+        down = normal(width, ffn, ffn**-0.5)
         attn_out[0, :] = 0.0  # the layers never write to the bias dimension
         down[0, :] = 0.0
         block = f"blk.{layer}."
         tensors |= {
-            block + "attn_norm.weight": np.ones(WIDTH, dtype=np.float32),
-            block + "attn_q.weight": normal(WIDTH, WIDTH, fan_in),
-            block + "attn_k.weight": normal(WIDTH, WIDTH, fan_in),
-            block + "attn_v.weight": normal(WIDTH, WIDTH, fan_in),
+            block + "attn_norm.weight": np.ones(width, dtype=np.float32),
+            block + "attn_q.weight": normal(width, width, fan_in),
+            block + "attn_k.weight": normal(width, width, fan_in),
+            block + "attn_v.weight": normal(width, width, fan_in),
             block + "attn_output.weight": attn_out,
-            block + "ffn_norm.weight": np.ones(WIDTH, dtype=np.float32),
-            block + "ffn_gate.weight": normal(FFN, WIDTH, fan_in),
-            block + "ffn_up.weight": normal(FFN, WIDTH, fan_in),
+            block + "ffn_norm.weight": np.ones(width, dtype=np.float32),
+            block + "ffn_gate.weight": normal(ffn, width, fan_in),
+            block + "ffn_up.weight": normal(ffn, width, fan_in),
             block + "ffn_down.weight": down,
         }
     return tensors
 
 
-def write_tiny_gguf(path: Path, *, seed: int = 0) -> Path:
-    """Write the model to ``path`` (same ``seed``, same bytes) and return ``path``."""
+def write_tiny_gguf(path: Path, *, seed: int = 0, shape: Shape = Shape()) -> Path:
+    """Write the model to ``path`` (same ``seed`` and shape, same bytes) and return ``path``."""
     vocab = vocabulary()
     writer = gguf.GGUFWriter(path, ARCH)
     writer.add_name("sluicegate-tiny")
     writer.add_file_type(int(gguf.LlamaFileType.ALL_F32))
     writer.add_context_length(TRAIN_CONTEXT)
-    writer.add_embedding_length(WIDTH)
-    writer.add_block_count(LAYERS)
-    writer.add_feed_forward_length(FFN)
-    writer.add_head_count(HEADS)
-    writer.add_head_count_kv(HEADS)
-    writer.add_rope_dimension_count(WIDTH // HEADS)
+    writer.add_embedding_length(shape.width)
+    writer.add_block_count(shape.layers)
+    writer.add_feed_forward_length(shape.ffn)
+    writer.add_head_count(shape.heads)
+    writer.add_head_count_kv(shape.heads)
+    writer.add_rope_dimension_count(shape.width // shape.heads)
     writer.add_rope_freq_base(10000.0)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(len(vocab.tokens))
@@ -157,7 +169,7 @@ def write_tiny_gguf(path: Path, *, seed: int = 0) -> Path:
     # tokenizes it for generation or for /extras/tokenize/count.
     writer.add_add_bos_token(False)
     writer.add_chat_template(CHAT_TEMPLATE)
-    for name, tensor in _weights(vocab, seed).items():
+    for name, tensor in _weights(vocab, seed, shape).items():
         writer.add_tensor(name, tensor)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
