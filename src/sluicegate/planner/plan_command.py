@@ -17,10 +17,22 @@ err = Console(stderr=True)
 
 def plan(
     rate: Annotated[float, typer.Option(help="arrival rate, requests per second")],
-    service_s: Annotated[float, typer.Option(help="mean service time per request, seconds")],
     slots: Annotated[int, typer.Option(help="concurrent requests one replica serves well")],
     slo_s: Annotated[float, typer.Option(help="p99 queue-wait objective, seconds")],
-    cv_service: Annotated[float, typer.Option(help="coefficient of variation of service")] = 1.0,
+    service_s: Annotated[
+        float | None,
+        typer.Option(help="mean service time per request, seconds (or --preset and --workload)"),
+    ] = None,
+    cv_service: Annotated[
+        float | None, typer.Option(help="coefficient of variation of service (default 1)")
+    ] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option(help="engine preset name or calibrated file: service from the engine model"),
+    ] = None,
+    workload: Annotated[
+        Path | None, typer.Option(help="trace whose request mix the engine model serves")
+    ] = None,
     cv_arrival: Annotated[float, typer.Option(help="coefficient of variation of gaps")] = 1.0,
     max_replicas: Annotated[int, typer.Option(help="give up above this many")] = 1000,
     burst_factor: Annotated[
@@ -65,6 +77,7 @@ def plan(
     from sluicegate.planner.queueing import PlanInfeasibleError, PlanInput, plan_capacity
     from sluicegate.planner.warm_buffer import Burst, plan_warm_buffer
 
+    service_s, cv_service = _service(service_s, cv_service, preset, workload, slots)
     try:
         inp = PlanInput(
             arrival_rate=rate,
@@ -99,3 +112,41 @@ def plan(
     png = plot_wait_vs_utilization(result, out / "p99-wait-vs-utilization.png")
     console.print(f"plot: {png}")
     console.print(f"KEDA fragment: {yaml_path}")
+
+
+def _service(
+    service_s: float | None,
+    cv_service: float | None,
+    preset: str | None,
+    workload: Path | None,
+    slots: int,
+) -> tuple[float, float]:
+    """The mean service time and its variability: given, or from the engine model
+    (``planner/service_model``) when ``--preset`` and ``--workload`` are; exits 2 when
+    neither or both are given."""
+    if preset is None and workload is None:
+        if service_s is None:
+            err.print("[red]give --service-s, or --preset and --workload[/red]")
+            raise typer.Exit(2)
+        return service_s, 1.0 if cv_service is None else cv_service
+    if preset is None or workload is None or service_s is not None or cv_service is not None:
+        err.print(
+            "[red]--preset and --workload go together, and replace --service-s and "
+            "--cv-service (the engine model measures both)[/red]"
+        )
+        raise typer.Exit(2)
+    from sluicegate.calibrate.preset_file import load_engine_config
+    from sluicegate.planner.service_model import service_from_model
+    from sluicegate.sim.workloads import load_workload
+
+    try:
+        estimate = service_from_model(load_engine_config(preset), load_workload(workload), slots)
+    except (OSError, KeyError, ValueError) as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    console.print(
+        f"engine model ({preset}, {slots} slots, {estimate.requests} requests like "
+        f"{workload.name}'s): service {estimate.mean_s:.3f} s mean, cv {estimate.cv:.2f}; "
+        f"one replica sustains {estimate.capacity_rps:.2f} req/s"
+    )
+    return estimate.mean_s, estimate.cv
