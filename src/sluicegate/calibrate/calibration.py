@@ -118,7 +118,10 @@ async def calibrate(
     begun = time.monotonic()
     url = settings.url.rstrip("/")
     timeout = aiohttp.ClientTimeout(total=settings.timeout_s)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    # A connection per request: llama-server's HTTP library closes an idle kept-alive one
+    # under the pool, and the next request on it fails to send.
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         kind = settings.engine
         if kind == "auto":
             kind = await detect_kind(session, url)
