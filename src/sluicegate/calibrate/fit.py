@@ -74,10 +74,6 @@ class Fit:
     samples: tuple[Sample, ...]
     groups: tuple[GroupError, ...]
 
-    def relative_error(self, sample: Sample) -> float:
-        """``predicted / measured − 1`` for one of its samples."""
-        return sample.predicted_s(self.coefficients) / sample.measured_s - 1.0
-
 
 def nnls(a: Matrix, b: Matrix, tolerance: float | None = None) -> Matrix:
     """The x ≥ 0 minimising ‖a·x − b‖₂ (Lawson and Hanson's active-set algorithm, 1974).
