@@ -24,7 +24,7 @@ NAME = re.compile(r"[\w.]+(\.py|/)")
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors"}),
     frozenset({"core", "engine", "engine_profiles", "outcomes"}),
-    frozenset({"store", "emulator", "planner"}),
+    frozenset({"store", "emulator", "planner", "calibrate"}),
     frozenset({"batches"}),
     frozenset({"config_pressure"}),
     frozenset({"config"}),

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from sluicegate.calibrate.calibrate_command import calibrate
 from sluicegate.clients.batch_command import batch_app
 from sluicegate.config import ConfigError, load_config, redacted_store
 from sluicegate.planner.plan_command import plan
@@ -188,7 +189,7 @@ def drain(
 def emulate(
     port: Annotated[int, typer.Option(help="TCP port to listen on")] = 8000,
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
-    preset: Annotated[str, typer.Option(help="engine preset (see engine/presets.py)")] = "tiny",
+    preset: Annotated[str, typer.Option(help="engine preset name or preset file")] = "tiny",
     model: Annotated[str, typer.Option(help="model name it serves")] = "emulated",
     max_num_seqs: Annotated[int | None, typer.Option(help="override the preset's batch")] = None,
     seed: Annotated[int, typer.Option(help="seed of output lengths and text")] = 0,
@@ -288,7 +289,7 @@ def simulate(
         list[str] | None,
         typer.Option(help="policy to compare (repeat); config (default): the config's own lanes"),
     ] = None,
-    preset: Annotated[str | None, typer.Option(help="engine preset")] = None,
+    preset: Annotated[str | None, typer.Option(help="engine preset name or preset file")] = None,
     replicas: Annotated[int | None, typer.Option(help="engine replicas")] = None,
     sweep: Annotated[str | None, typer.Option(help="rate multipliers, e.g. 0.5,1,1.5,2")] = None,
     out: Annotated[Path, typer.Option(help="output directory")] = Path("sim-out"),
@@ -389,6 +390,7 @@ def bench(
 
 
 app.command()(plan)
+app.command()(calibrate)
 
 
 def main() -> None:

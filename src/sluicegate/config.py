@@ -19,16 +19,10 @@ from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sluicegate.batches.batches_config import BatchesSpec
+from sluicegate.calibrate.preset_file import PresetName
 from sluicegate.config_pressure import PressureSpec
 from sluicegate.core.policies import policy_names, simulation_only_policies
 from sluicegate.core.spec import ModelSpec, SchedulerSpec, TenantSpec
@@ -115,7 +109,7 @@ class SimulationSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    preset: str = "llama-3.1-8b-h100"
+    preset: PresetName = "llama-3.1-8b-h100"
     replicas: int = Field(1, ge=1, le=10_000)
     scrape_interval_s: float = Field(1.0, gt=0.0)
     kv_event_delay_s: float = Field(0.0, ge=0.0, le=60.0, description="KV events' lag, s")

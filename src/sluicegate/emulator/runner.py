@@ -10,12 +10,17 @@ One asyncio task owns the engine. While it has work it repeats::
 and sleeps on an ``asyncio.Event`` when idle; ``submit`` sets it. A request
 aborted while its step sleeps is gone from ``_live``, so the tokens that step
 computed for it are dropped.
+
+The engine's ``response_overhead_s`` (a token's time from its step to the client)
+delays each step's delivery by that constant, in step order, without holding up the
+next step; the request's end, which follows its last token, is delayed with it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -175,6 +180,7 @@ class EngineRunner:
         self._task: asyncio.Task[None] | None = None
         self._max_running_seen = 0
         self._admitted = self._aborted = self._finished = 0
+        self._delayed: deque[StepResult] = deque()
 
     def start(self) -> None:
         """Start the stepping task on the running loop."""
@@ -189,6 +195,13 @@ class EngineRunner:
             await asyncio.wait({task})
         for req_id in list(self._live):
             self.abort(req_id)
+
+    async def request_overhead(self) -> None:
+        """Wait the engine's ``request_overhead_s``: a request's time from the client to
+        the engine's queue (HTTP, parsing, tokenization), spent before ``submit``."""
+        overhead = self._engine.config.request_overhead_s
+        if overhead > 0.0:
+            await asyncio.sleep(overhead)
 
     def is_live(self, req_id: str) -> bool:
         """Whether the request was submitted and has not finished or been aborted."""
@@ -286,10 +299,22 @@ class EngineRunner:
             if delay > 0:
                 await asyncio.sleep(delay)
             now = loop.time()
-            self._deliver(result, now)
+            self._deliver_after_overhead(result, now)
             if self._after_step is not None:
                 self._after_step()
             start = end if now - end < _MAX_LAG_S else now
+
+    def _deliver_after_overhead(self, result: StepResult, now: float) -> None:
+        """Deliver now, or ``response_overhead_s`` later. Delayed steps wait in a queue that
+        each timer pops from its head, so they arrive in step order even when two timers
+        fall due at the same loop time."""
+        overhead = self._engine.config.response_overhead_s
+        if overhead <= 0.0:
+            self._deliver(result, now)
+            return
+        self._delayed.append(result)
+        loop = asyncio.get_running_loop()
+        loop.call_at(now + overhead, lambda: self._deliver(self._delayed.popleft(), loop.time()))
 
     def _deliver(self, result: StepResult, now: float) -> None:
         """Hand a finished step's tokens and finishes to the requests still live."""

@@ -43,6 +43,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from sluicegate.calibrate.preset_file import load_engine_config
 from sluicegate.core.prefix_blocks import block_hashes
 from sluicegate.emulator.embeddings import embeddings_body, parse_embeddings
 from sluicegate.emulator.event_stream import EventStreamResponse, on_disconnect
@@ -64,7 +65,6 @@ from sluicegate.emulator.runner import (
 )
 from sluicegate.engine import Engine, EngineConfig
 from sluicegate.engine.engine_config import parse_scheduling_policy
-from sluicegate.engine.presets import preset as engine_preset
 
 
 def _json(payload: object, status: int = 200) -> Response:
@@ -106,6 +106,7 @@ class _EmulatorApi:
         streams: list[RequestStream] = []
         try:
             inputs, dims = parse_embeddings(await request.body(), self._model)
+            await self._runner.request_overhead()
             base = self._request_id(request)
             for i, (_, tokens) in enumerate(inputs):
                 streams.append(self._submit(f"{base}-{i}", tokens, 1, param="input"))
@@ -171,6 +172,7 @@ class _EmulatorApi:
         streams: list[RequestStream] = []
         try:
             parsed = parse_request(await request.body(), chat=chat, model=self._model)
+            await self._runner.request_overhead()
             req_id = self._request_id(request)
             prefix = self._prefix(parsed)
             for index in range(parsed.n):
@@ -368,7 +370,7 @@ def serve(
     Args:
         host: interface to bind.
         port: TCP port to bind.
-        preset: engine preset name (``sluicegate.engine.PRESETS``).
+        preset: engine preset name (``sluicegate.engine.PRESETS``) or preset file path.
         model: the model name to serve.
         max_num_seqs: overrides the preset's running-batch size.
         seed: seeds output lengths and fake text.
@@ -378,12 +380,13 @@ def serve(
         kv_events: publish KV cache events (``build_app``).
 
     Raises:
-        KeyError: unknown preset or personality.
-        ValueError: ``max_num_seqs`` out of range, an unknown ``scheduling_policy``, or
-            ``kv_events`` without prefix caching.
+        KeyError: unknown personality.
+        ValueError: an unknown preset or a bad preset file, ``max_num_seqs`` out of
+            range, an unknown ``scheduling_policy``, or ``kv_events`` without prefix
+            caching.
     """
     config = dataclasses.replace(
-        engine_preset(preset), scheduling_policy=parse_scheduling_policy(scheduling_policy)
+        load_engine_config(preset), scheduling_policy=parse_scheduling_policy(scheduling_policy)
     )
     if max_num_seqs is not None:
         config = dataclasses.replace(config, max_num_seqs=max_num_seqs)

@@ -25,11 +25,11 @@ from queue import Empty
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
+from sluicegate.calibrate.preset_file import load_engine_config
 from sluicegate.config import Config
 from sluicegate.core.policies import policy_names
 from sluicegate.core.spec import SchedulerSpec
 from sluicegate.engine.engine_config import EngineConfig
-from sluicegate.engine.presets import preset as engine_preset
 from sluicegate.outcomes import WorkloadRequest
 from sluicegate.sim.capacity import measure_capacity, slot_cap
 from sluicegate.sim.plots import plot_latency_cdfs, plot_p99_vs_load, plot_queue_depth
@@ -192,7 +192,7 @@ def run_comparison(
             "KV events (give a backend kv_events, or use the precise_prefix router)"
         )
     preset_name = preset or config.simulation.preset
-    engine = engine_preset(preset_name)
+    engine = load_engine_config(preset_name)
     count = replicas if replicas is not None else config.simulation.replicas
     multipliers = list(dict.fromkeys(sweep or []))
     scaled = {1.0: workload}
