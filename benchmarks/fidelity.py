@@ -28,13 +28,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sluicegate.calibrate.preset_file import load_engine_config
 from tests.realengine.tiny_gguf import write_tiny_gguf
 
-from fidelity_live import MODEL, SCRAPE_S, SHAPE, config_text, engines, pin, replay, tokenized
+from fidelity_live import (
+    BATCH,
+    CTX,
+    MODEL,
+    SCRAPE_S,
+    SHAPE,
+    SLOTS,
+    config_text,
+    engines,
+    pin,
+    replay,
+    tokenized,
+)
 from fidelity_metrics import FIGURES, Latencies, errors, live_latencies, sim_latencies, summary
 from livestack import live_stack, wide_console, write_report
 from sluicegate.bench.records import RequestRecord
+from sluicegate.calibrate.preset_file import load_engine_config
 from sluicegate.config import parse_config
 from sluicegate.engine.engine_config import EngineConfig
 from sluicegate.outcomes import WorkloadRequest
@@ -91,10 +103,14 @@ def finishes(records: list[RequestRecord]) -> list[float]:
 
 
 def calibrate(url: str, out: Path, repeats: int) -> Path:
-    """Run ``sluicegate calibrate`` against ``url``, writing the preset to ``out``."""
+    """Run ``sluicegate calibrate`` against ``url`` (a gateway in front of one pinned
+    engine, so the relay's cost lands in the fixed overheads, as a client of the gateway
+    pays it), writing the preset to ``out``."""
     command = [
         sys.executable, "-m", "sluicegate", "calibrate", "--url", url, "--model", MODEL,
         "--engine", "llama-server", "--out", str(out), "--repeats", str(repeats),
+        "--slots", str(SLOTS), "--max-num-batched-tokens", str(BATCH),
+        "--context", str(CTX // SLOTS),
     ]  # fmt: skip
     subprocess.run(command, check=True)
     return out
@@ -145,17 +161,20 @@ def main(argv: list[str] | None = None) -> int:
         keep = args.out or tmp
         keep.mkdir(parents=True, exist_ok=True)
         model = write_tiny_gguf(tmp / "small.gguf", shape=SHAPE)
-        with engines(model, 1, tmp) as (server,):
-            with out.status("tokenizing the trace's prompts…"):
-                pool = tokenized(server.url, scaled_trace())
-            live_pool = scaled_trace()
-            if args.preset is None:
-                preset_path = calibrate(server.url, keep / "calibrated.json", args.repeats)
-            else:
-                preset_path = Path(args.preset)
-        engine = load_engine_config(str(preset_path))
-        notes.append(f"Preset: `{args.preset or 'sluicegate calibrate'}` → {engine}.")
         with live_stack(out, "sluicegate-fidelity-") as stack:
+            with engines(model, 1, tmp) as (server,):
+                with out.status("tokenizing the trace's prompts…"):
+                    pool = tokenized(server.url, scaled_trace())
+                live_pool = scaled_trace()
+                preset_path = Path(args.preset) if args.preset else keep / "calibrated.json"
+                if args.preset is None:
+                    gateway = stack.gateway(config_text([server.url], "fifo"))
+                    try:
+                        calibrate(gateway.url, preset_path, args.repeats)
+                    finally:
+                        stack.stop(gateway)
+            engine = load_engine_config(str(preset_path))
+            notes.append(f"Preset: `{args.preset or 'sluicegate calibrate'}` → {engine}.")
             for replicas in args.replicas:
                 size = SATURATION_PER_SLOT * 4 * replicas
                 sample_live = saturation_sample(live_pool, size)

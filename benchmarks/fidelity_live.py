@@ -33,6 +33,8 @@ SHAPE = Shape(width=256, layers=4, heads=4, ffn=768)
 ~50 µs, where HTTP would be nearly all of a request's time."""
 SLOTS = 4
 CTX = 8192
+BATCH = 2048
+"""llama-server's ``-b`` (logical batch) default: the most prompt tokens one step takes."""
 SCRAPE_S = 1.0
 ENGINE_CORES = (1, 0)
 """Replica i runs on core ``ENGINE_CORES[i]``; the gateway and the generator on core 0."""

@@ -44,6 +44,10 @@ def calibrate(
         int | None,
         typer.Option(help="tokens one step takes (default: llama-server's 2048; else needed)"),
     ] = None,
+    context: Annotated[
+        int | None,
+        typer.Option(help="tokens a request may hold (default: what the engine publishes)"),
+    ] = None,
 ) -> None:
     """Measure a running engine (prefill by prompt length, decode steps by batch size and
     context, fixed per-request overheads), fit the engine model and write a preset file
@@ -56,7 +60,7 @@ def calibrate(
     try:
         settings = CalibrationSettings(
             url=url, model=model, engine=engine, repeats=repeats, slots=slots,
-            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_batched_tokens=max_num_batched_tokens, context_tokens=context,
         )  # fmt: skip
         with Progress(console=err, transient=True) as progress:
             task = progress.add_task("probing", total=None)

@@ -46,6 +46,8 @@ class CalibrationSettings:
         repeats: rounds of every probe (the medians are over them).
         slots: the engine's concurrent sequences; None: read from the engine.
         max_num_batched_tokens: its per-step token budget; None: read or its default.
+        context_tokens: the most a request may hold (prompt + output); None: read from
+            the engine (needed when ``url`` is a gateway, which publishes no engine facts).
         timeout_s: the longest one request may take.
     """
 
@@ -55,13 +57,15 @@ class CalibrationSettings:
     repeats: int = 3
     slots: int | None = None
     max_num_batched_tokens: int | None = None
+    context_tokens: int | None = None
     timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
         if self.engine != "auto" and self.engine not in ENGINE_KINDS:
             raise CalibrationError(f"--engine must be auto or one of {list(ENGINE_KINDS)}")
         counts = {"--repeats": self.repeats, "--slots": self.slots,
-                  "--max-num-batched-tokens": self.max_num_batched_tokens}  # fmt: skip
+                  "--max-num-batched-tokens": self.max_num_batched_tokens,
+                  "--context": self.context_tokens}  # fmt: skip
         for option, value in counts.items():
             if value is not None and value < 1:
                 raise CalibrationError(f"{option} must be at least 1, got {value}")
@@ -85,9 +89,11 @@ def _capacity(settings: CalibrationSettings, facts: EngineFacts) -> tuple[int, i
     slots = settings.slots or facts.slots
     if slots is None:
         raise CalibrationError(f"--slots: {facts.kind} does not publish how many it runs at once")
-    context = facts.context_tokens
+    context = settings.context_tokens or facts.context_tokens
     if context is None:
-        raise CalibrationError(f"{facts.kind} at {settings.url} publishes no context length")
+        raise CalibrationError(
+            f"--context: {facts.kind} at {settings.url} publishes no context length"
+        )
     budget = settings.max_num_batched_tokens
     if budget is None and facts.kind == "llama-server":
         budget = LLAMA_SERVER_BATCH

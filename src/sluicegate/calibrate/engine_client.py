@@ -22,6 +22,9 @@ from sluicegate.errors import SluicegateError
 ENGINE_KINDS = ("llama-server", "vllm", "emulator")
 """The engines ``sluicegate calibrate`` knows what to ask of."""
 
+_JSON = {"Content-Type": "application/json"}
+"""A gateway (ours, OpenAI's) refuses a body it is not told is JSON."""
+
 
 class EngineRequestError(SluicegateError, RuntimeError):
     """The engine refused or broke a probe request (status and the start of its body)."""
@@ -121,7 +124,8 @@ async def time_completion(
     prompt_tokens = len(body["prompt"])
     timings: ServerTimings | None = None
     sent = time.perf_counter()
-    async with session.post(url.rstrip("/") + "/v1/completions", data=orjson.dumps(body)) as resp:
+    endpoint = url.rstrip("/") + "/v1/completions"
+    async with session.post(endpoint, data=orjson.dumps(body), headers=_JSON) as resp:
         if resp.status != 200:
             text = (await resp.read())[:300].decode(errors="replace")
             raise EngineRequestError(f"the engine answered {resp.status}: {text}")
