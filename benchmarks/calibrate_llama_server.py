@@ -1,317 +1,154 @@
-"""Calibrate the emulator preset ``llama-server-tiny-cpu`` from llama-server's own step times.
+"""Regenerate the llama-server presets with ``sluicegate calibrate`` on a pinned engine.
 
-Starts ``llama-server`` the way the real-engine tests do (the harness in
-``tests/realengine/llama_cpp_server.py``: ``--parallel 4 -c 8192 --threads 1``) on
-the tiny GGUF the tests write, and reads the per-request ``timings`` it returns
-(server-side, so HTTP and the client are not in them):
+Starts ``llama-server`` as the real-engine tests do (``tests/realengine``:
+``--parallel 4 -c 8192 --threads 1``) on core 1 alone — this process, and so the
+calibration's client, stay on core 0 — serving one of two models, and runs
+``sluicegate calibrate`` against it:
 
-* prefill: one request at a time, a prompt of N token ids that is never cached
-  (``cache_prompt: false``), one token out. ``prompt_ms`` is one step that
-  prefills N tokens (N ≤ ``n_batch`` 2048) and samples the first token.
-* decode: B = 1..4 requests started together, each ``DECODE_TOKENS`` tokens out
-  (``ignore_eos``). ``predicted_per_token_ms`` (generation time over n − 1
-  steps) is the step time with B sequences decoding; once with short prompts,
-  once with long ones, whose steps attend to ~10× more KV.
+* ``tiny``: the tests' GGUF (2 layers, width 64; steps of tens of µs) → preset
+  ``llama-server-tiny-cpu``, calibrated against the engine directly;
+* ``small``: the fidelity benchmark's shape (4 layers, width 256; steps of ~1 ms) →
+  ``llama-server-small-cpu``, calibrated through a gateway in front of the engine, as
+  ``benchmarks/fidelity.py`` does, so the relay's cost is in the fixed overheads.
 
-Fits ``EngineConfig``'s ``base_s``, ``per_prefill_token_s``,
-``per_decode_seq_s`` and ``per_kv_token_s`` by least squares on the relative
-error (coefficients ≥ 0) and prints the measured table, the model's figure per
-row, and the preset entry; ``--write FILE`` puts them in a section of FILE.
+It prints the fit per probe and the ``EngineConfig`` entry for ``engine/presets.py``,
+and the measured rows ``tests/engine/test_preset_llama_server.py`` checks the preset
+against; ``--write FILE`` puts the table in a section of FILE.
 
-    python benchmarks/calibrate_llama_server.py [--repeats 5] [--write docs/BENCHMARKS.md]
+    python benchmarks/calibrate_llama_server.py [--model tiny|small] [--repeats 5]
+        [--write docs/BENCHMARKS.md]
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import json
+import os
+import subprocess
 import sys
 import tempfile
-import threading
-import time
-import urllib.request
-from collections.abc import Sequence
-from dataclasses import dataclass
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import orjson
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.realengine.llama_cpp_server import LLAMA_SERVER_VERSION, LlamaCppServer, llama_cpp_server
-from tests.realengine.tiny_gguf import write_tiny_gguf
+from tests.realengine.llama_cpp_server import LLAMA_SERVER_VERSION
+from tests.realengine.tiny_gguf import Shape, write_tiny_gguf
 
-from livestack import CpuMeter, Process, machine_busy_s, wide_console, write_report
-from sluicegate.engine.engine_config import EngineConfig
-from tables import Grid
+from fidelity_live import BATCH, CTX, MODEL, SHAPE, SLOTS, config_text, engines, pin
+from livestack import live_stack, wide_console, write_report
+from sluicegate.calibrate.preset_file import load_engine_config
+from sluicegate.calibrate.probe_plan import DECODE_TOKENS
+from sluicegate.engine.engine_config import COEFFICIENTS, EngineConfig
 
-PARALLEL = 4
-CTX = 8192
-N_BATCH = 2048  # llama-server's default logical batch: the most tokens one step takes
-PREFILL_TOKENS = (64, 128, 256, 512, 768, 1024, 1536)
-DECODE_TOKENS = 128
-PREFILL_SAMPLES_PER_REPEAT = 3
-DECODE_PROMPTS = (32, 512, 1024)
-PRESET = "llama-server-tiny-cpu"
-QUIET_CORES, QUIET_WAIT_S = 0.3, 5.0  # wait for other processes to calm down
-THREADS = 0  # llama-server --threads; 0: the harness's (1), as the tests start it
-TEXT = "the quick brown fox jumps over the lazy dog; a patient sluice keeper opens one gate. "
+SHAPES: dict[str, tuple[Shape, str]] = {
+    "tiny": (Shape(), "llama-server-tiny-cpu"),
+    "small": (SHAPE, "llama-server-small-cpu"),
+}
 
 
-@dataclass(frozen=True, slots=True)
-class Measurement:
-    """One measured configuration: the median step time over its samples.
-
-    Attributes:
-        kind: ``prefill`` (a step prefilling ``prompt`` tokens) or ``decode``
-            (a step in which ``batch`` sequences each decode one token).
-        prompt: prompt tokens per request (as llama-server counted them).
-        batch: requests in the step.
-        output: tokens out per request.
-        step_ms: median measured step time, milliseconds.
-        spread_ms: (min, max) over the samples.
-        samples: how many samples.
-    """
-
-    kind: str
-    prompt: int
-    batch: int
-    output: int
-    step_ms: float
-    spread_ms: tuple[float, float]
-    samples: int
-
-    def row(self) -> list[float]:
-        """Its design row: the step's (1, prefill tokens, decode seqs, KV tokens attended)."""
-        if self.kind == "prefill":
-            return [1.0, float(self.prompt), 0.0, float(self.prompt)]
-        context = self.prompt + self.output / 2  # mean context over the decode steps
-        return [1.0, 0.0, float(self.batch), self.batch * context]
+def calibrate(url: str, out: Path, repeats: int) -> dict[str, Any]:
+    """``sluicegate calibrate`` against ``url``; the preset file it wrote, parsed."""
+    command = [
+        sys.executable, "-m", "sluicegate", "calibrate", "--url", url, "--model", MODEL,
+        "--engine", "llama-server", "--out", str(out), "--repeats", str(repeats),
+        "--slots", str(SLOTS), "--max-num-batched-tokens", str(BATCH),
+        "--context", str(CTX // SLOTS),
+    ]  # fmt: skip
+    subprocess.run(command, check=True)
+    data: dict[str, Any] = json.loads(out.read_text())
+    return data
 
 
-def post(server: LlamaCppServer, path: str, body: dict[str, Any]) -> Any:
-    """``POST path`` with a JSON body; the decoded JSON answer."""
-    request = urllib.request.Request(
-        server.url + path, data=orjson.dumps(body), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=120) as response:
-        return orjson.loads(response.read())
-
-
-def token_ids(server: LlamaCppServer, count: int, salt: int) -> list[int]:
-    """``count`` token ids of text that starts with ``salt`` (so no two prompts share a head)."""
-    text = f"{salt}: " + TEXT * (count // 40 + 2)
-    tokens: list[int] = post(server, "/tokenize", {"content": text})["tokens"]
-    assert len(tokens) >= count, (len(tokens), count)
-    return tokens[:count]
-
-
-def complete(server: LlamaCppServer, prompt: list[int], n_predict: int) -> dict[str, float]:
-    """One uncached ``/completion`` of ``n_predict`` tokens; its ``timings``."""
-    body = {
-        "prompt": prompt, "n_predict": n_predict, "cache_prompt": False, "ignore_eos": True,
-        "temperature": 0.0,
-    }  # fmt: skip
-    timings: dict[str, float] = post(server, "/completion", body)["timings"]
-    return timings
-
-
-def together(server: LlamaCppServer, prompts: Sequence[list[int]]) -> list[dict[str, float]]:
-    """Send one ``DECODE_TOKENS`` completion per prompt at once; their ``timings``."""
-    results: list[dict[str, float]] = [{} for _ in prompts]
-    barrier = threading.Barrier(len(prompts))
-
-    def run(i: int) -> None:
-        barrier.wait()
-        results[i] = complete(server, prompts[i], DECODE_TOKENS)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return results
-
-
-def wait_quiet(limit_s: float = QUIET_WAIT_S) -> float:
-    """Wait (at most ``limit_s``) until other processes keep under ``QUIET_CORES`` cores busy
-    over half a second (our server is idle between samples); the last level seen."""
-    deadline = time.monotonic() + limit_s
-    while True:
-        before = machine_busy_s()
-        time.sleep(0.5)
-        busy = (machine_busy_s() - before) / 0.5
-        if busy < QUIET_CORES or time.monotonic() > deadline:
-            return busy
-        time.sleep(2.0)
-
-
-def summarize(kind: str, batch: int, output: int, samples: list[tuple[int, float]]) -> Measurement:
-    """A ``Measurement`` from (prompt tokens, step ms) samples."""
-    times = [ms for _, ms in samples]
-    prompt = round(statistics.median(n for n, _ in samples))
-    return Measurement(
-        kind, prompt, batch, output, statistics.median(times), (min(times), max(times)),
-        len(times),
-    )  # fmt: skip
-
-
-def measure(server: LlamaCppServer, repeats: int, background: list[float]) -> list[Measurement]:
-    """The prefill and decode measurements (see the module docstring); each sample waits for
-    a quiet machine first and appends the background level it started at to ``background``."""
-    salt = 0
-    table: list[Measurement] = []
-    # Warm-up: the first steps of each shape allocate compute buffers.
-    complete(server, token_ids(server, max(PREFILL_TOKENS), -1), 16)
-    together(server, [token_ids(server, 64, -2 - i) for i in range(PARALLEL)])
-    for n in PREFILL_TOKENS:
-        samples = []
-        for _ in range(PREFILL_SAMPLES_PER_REPEAT * repeats):  # short steps: noisier
-            salt += 1
-            prompt = token_ids(server, n, salt)
-            background.append(wait_quiet())
-            timings = complete(server, prompt, 1)
-            samples.append((int(timings["prompt_n"]), float(timings["prompt_ms"])))
-        table.append(summarize("prefill", 1, 1, samples))
-    for length in DECODE_PROMPTS:
-        for batch in range(1, PARALLEL + 1):
-            samples = []
-            for _ in range(repeats):
-                prompts = []
-                for _ in range(batch):
-                    salt += 1
-                    prompts.append(token_ids(server, length, salt))
-                background.append(wait_quiet())
-                for timings in together(server, prompts):
-                    samples.append((int(timings["prompt_n"]), timings["predicted_per_token_ms"]))
-            table.append(summarize("decode", batch, DECODE_TOKENS, samples))
-    return table
-
-
-def fit(table: Sequence[Measurement]) -> np.ndarray:
-    """Non-negative least squares on relative error: (base, prefill, decode, kv) in seconds."""
-    rows = np.array([m.row() for m in table])
-    seconds = np.array([m.step_ms / 1000.0 for m in table])
-    weights = 1.0 / seconds
-    active = list(range(rows.shape[1]))
-    while True:
-        solution, *_ = np.linalg.lstsq(
-            rows[:, active] * weights[:, None], seconds * weights, rcond=None
-        )
-        if (solution >= 0).all() or len(active) == 1:
-            break
-        del active[int(np.argmin(solution))]  # a negative cost means "none": drop it, refit
-    coefficients = np.zeros(rows.shape[1])
-    coefficients[active] = np.maximum(solution, 0.0)
-    return coefficients
-
-
-def engine_config(coefficients: np.ndarray) -> EngineConfig:
-    """The preset: llama-server's slots and batch, the fitted step-time coefficients."""
-    base, prefill, decode, kv = (float(f"{c:.3g}") for c in coefficients)
-    return EngineConfig(
-        max_num_seqs=PARALLEL, max_num_batched_tokens=N_BATCH, kv_capacity_tokens=CTX,
-        block_size=16, base_s=max(base, 1e-6), per_prefill_token_s=prefill,
-        per_decode_seq_s=decode, per_kv_token_s=kv,
-    )  # fmt: skip
-
-
-def modelled_ms(config: EngineConfig, m: Measurement) -> float:
-    """The step time ``config`` gives the measurement's step, milliseconds."""
-    _, prefill, decode, kv = m.row()
-    return config.step_s(int(prefill), int(decode), round(kv)) * 1000.0
-
-
-def table_grid(table: Sequence[Measurement], config: EngineConfig) -> Grid:
-    """Measured vs modelled step times."""
-    headers = ["step", "prompt tokens", "batch", "tokens out", "samples", "measured ms (median)",
-               "min–max ms", "preset ms", "preset / measured"]  # fmt: skip
+def test_rows(probes: list[dict[str, Any]]) -> list[tuple[str, int, int, int, float]]:
+    """The prefill and decode probes as ``test_preset_llama_server.MEASURED`` rows: (kind,
+    prompt tokens, batch, tokens out, measured step ms). A decode probe's label names its
+    mean context, prompt + ``DECODE_TOKENS`` / 2."""
     rows = []
-    for m in table:
-        model = modelled_ms(config, m)
-        rows.append([
-            m.kind, str(m.prompt), str(m.batch), str(m.output), str(m.samples),
-            f"{m.step_ms:.3f}", f"{m.spread_ms[0]:.3f}–{m.spread_ms[1]:.3f}", f"{model:.3f}",
-            f"{model / m.step_ms:.2f}",
-        ])  # fmt: skip
-    return "llama-server step times: measured and the fitted preset", headers, rows
+    for p in probes:
+        ms = round(p["measured_s"] * 1e3, 4)
+        numbers = [int(float(word)) for word in p["probe"].split() if word[0].isdigit()]
+        if p["group"] == "prefill":
+            rows.append(("prefill", numbers[0], 1, 1, ms))
+        elif p["group"] == "decode":
+            batch, context = numbers
+            rows.append(("decode", context - DECODE_TOKENS // 2, batch, DECODE_TOKENS, ms))
+    return rows
 
 
-def preset_source(config: EngineConfig) -> str:
-    """The ``PRESETS`` entry to paste into ``engine/presets.py``."""
+def preset_source(name: str, config: EngineConfig) -> str:
+    """The ``PRESETS`` entry for ``config``."""
+    fields = "".join(f"        {c}={getattr(config, c):.4g},\n" for c in COEFFICIENTS)
     return (
-        f'    "{PRESET}": EngineConfig(\n'
+        f'    "{name}": EngineConfig(\n'
         f"        max_num_seqs={config.max_num_seqs},\n"
         f"        max_num_batched_tokens={config.max_num_batched_tokens},\n"
         f"        kv_capacity_tokens={config.kv_capacity_tokens},\n"
-        f"        block_size={config.block_size},\n"
-        f"        base_s={config.base_s!r},\n"
-        f"        per_prefill_token_s={config.per_prefill_token_s!r},\n"
-        f"        per_decode_seq_s={config.per_decode_seq_s!r},\n"
-        f"        per_kv_token_s={config.per_kv_token_s!r},\n"
-        "    ),"
+        f"        block_size={config.block_size},\n{fields}    ),"
     )
-
-
-def threads_used(log: Path) -> str:
-    """The ``n_threads`` llama-server reported in its log, or ``?``."""
-    for line in log.read_text(errors="replace").splitlines():
-        if "n_threads =" in line:
-            return line.split("n_threads =", 1)[1].split()[0].rstrip(",;")
-    return "?"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Measure, fit, print; optionally write the section."""
+    """Start the pinned engine, calibrate, print; optionally write the section."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5, help="samples per configuration")
-    parser.add_argument(
-        "--threads", type=int, default=THREADS, help="llama-server --threads (0: the harness's, 1)"
-    )
+    parser.add_argument("--model", choices=sorted(SHAPES), default="tiny")
+    parser.add_argument("--repeats", type=int, default=5, help="rounds of every probe")
     parser.add_argument("--write", type=Path, default=None, help="Markdown file to update")
     args = parser.parse_args(argv)
-    extra = ("-t", str(args.threads)) if args.threads else ()
+    shape, name = SHAPES[args.model]
     out = wide_console()
-    with tempfile.TemporaryDirectory(prefix="sluicegate-calibrate-") as tmp:
-        model = write_tiny_gguf(Path(tmp) / "tiny.gguf")
-        log = Path(tmp) / "llama-server.log"
-        with llama_cpp_server(model, parallel=PARALLEL, ctx=CTX, log=log, extra=extra) as server:
-            meter = CpuMeter([Process("llama-server", server.url, server.pid)])
-            started = time.monotonic()
-            background: list[float] = []
-            table = measure(server, args.repeats, background)
-            elapsed = time.monotonic() - started
-            others = meter.others_cores()
-            threads = threads_used(log)
-    config = engine_config(fit(table))
-    out.print(preset_source(config))
+    pin(os.getpid(), {0})
+    with (
+        tempfile.TemporaryDirectory(prefix="sluicegate-calibrate-") as tmp_name,
+        ExitStack() as stack,
+    ):
+        tmp = Path(tmp_name)
+        gguf = write_tiny_gguf(tmp / f"{args.model}.gguf", shape=shape)
+        (server,) = stack.enter_context(engines(gguf, 1, tmp))
+        url = server.url
+        if args.model == "small":
+            live = stack.enter_context(live_stack(out, "sluicegate-calibrate-"))
+            url = live.gateway(config_text([server.url], "fifo")).url
+        data = calibrate(url, tmp / "preset.json", args.repeats)
+        config = load_engine_config(str(tmp / "preset.json"))
+    probes = data["measured"]["probes"]
+    out.print(preset_source(name, config))
     out.print("MEASURED = [")
-    for m in table:
-        out.print(f'    ("{m.kind}", {m.prompt}, {m.batch}, {m.output}, {m.step_ms:.4f}),')
+    for row in test_rows(probes):
+        out.print(f"    {row},")
     out.print("]")
+    errors = data["measured"]["errors"]
     notes = [
-        f"Engine: `llama-server` (llama-cpp-python {LLAMA_SERVER_VERSION} sdist) on the tests' "
-        f"tiny GGUF, `--parallel {PARALLEL} -c {CTX}`, `--threads {threads}`; step times from its "
-        f"per-request `timings` (server side), median of "
-        f"{PREFILL_SAMPLES_PER_REPEAT * args.repeats} requests per prefill row and of "
-        f"{args.repeats} runs per decode row (of every request's `predicted_per_token_ms`); "
-        f"measured in {elapsed:.0f} s.",
-        f"Background load: each sample waited (≤ {QUIET_WAIT_S:g} s) for other processes to "
-        f"keep < {QUIET_CORES:g} cores busy; at sample starts median "
-        f"{statistics.median(background):.2f}, max {max(background):.2f} cores; over the whole "
-        f"run {others:.2f} cores.",
-        "Fit: least squares on relative error, coefficients ≥ 0; the preset "
-        f"`{PRESET}` in `src/sluicegate/engine/presets.py` is base_s "
-        f"{config.base_s * 1e3:.3g} ms, per_prefill_token_s {config.per_prefill_token_s * 1e6:.3g} "
-        f"µs, per_decode_seq_s {config.per_decode_seq_s * 1e6:.3g} µs, per_kv_token_s "
-        f"{config.per_kv_token_s * 1e9:.3g} ns.",
+        f"Engine: `llama-server` (llama-cpp-python {LLAMA_SERVER_VERSION} sdist), model "
+        f"`{args.model}` ({shape.layers} layers, width {shape.width}), `--parallel {SLOTS} "
+        f"-c {CTX} --threads 1`, pinned to core 1; the client on core 0"
+        + (", through a gateway (the relay is in the overheads)" if args.model == "small" else "")
+        + ".",
+        f"Command run: `{data['measured']['command']}` ({data['measured']['seconds']} s).",
+        "Fit errors (|fitted − measured| ÷ measured): "
+        + "; ".join(
+            f"{g} median {100 * e['median']:.1f}%, max {100 * e['max']:.1f}%"
+            for g, e in errors.items()
+        )
+        + f". Preset `{name}`: "
+        + ", ".join(f"{c} {getattr(config, c):.3g}" for c in COEFFICIENTS)
+        + ".",
     ]
+    rows = [
+        [p["group"], p["probe"], f"{p['measured_s'] * 1e3:.3f}", f"{p['fitted_s'] * 1e3:.3f}",
+         f"{p['fitted_s'] / p['measured_s']:.2f}"]
+        for p in probes
+    ]  # fmt: skip
+    grid = (
+        f"{name}: measured vs fitted (ms)",
+        ["group", "probe", "measured", "fitted", "ratio"],
+        rows,
+    )
     write_report(
-        args, script="calibrate_llama_server.py", section="calibrate_llama_server",
-        title="Calibration: llama-server step times on this machine (preset "
-        f"`{PRESET}`)", notes=notes, grids=[table_grid(table, config)], argv=argv, out=out,
+        args, script="calibrate_llama_server.py", section=f"calibrate_llama_server_{args.model}",
+        title=f"Calibration: llama-server on this machine (preset `{name}`)",
+        notes=notes, grids=[grid], argv=argv, out=out,
     )  # fmt: skip
     return 0
 
