@@ -157,7 +157,8 @@ class _Simulation(DecisionExecution):
         """Process events until no arrival, request or engine step is left.
 
         ``self.event`` is the event being handled, which ``Replica.sync`` compares
-        step boundaries against.
+        step boundaries against. Every event that reaches the scheduler first
+        gets the progress reports replicas in decode runs owe it.
         """
         heap = self.events.heap
         arrivals = self.arrivals
@@ -178,6 +179,7 @@ class _Simulation(DecisionExecution):
                 self._execute(self.scheduler.observe_backend(stats, self.start), self.start)
         pop = heapq.heappop
         feed = self.kv_feed
+        report = self.scheduler.progress
         i = 0
         next_at = times[0] if count else math.inf
         while True:
@@ -188,16 +190,19 @@ class _Simulation(DecisionExecution):
                     feed.deliver(now, self.scheduler)
                 if kind == STEP:
                     rep = replicas[index]
-                    result = rep.finish_step(seq, now)
+                    result = rep.finish_step(seq, now, report)
                     if result is not None:
                         self.event = item
+                        self._flush_progress()
                         self._on_step(rep, result, now)
                     continue
                 self.event = item
                 if kind == TICK:
                     if seq == self.tick_seq:
+                        self._flush_progress()
                         self._on_tick(now)
                 elif kind == SCRAPE:
+                    self._flush_progress()
                     self._on_scrape(now, next_at)
                 else:
                     replicas[index].wake(now, posted, seq)
@@ -205,11 +210,21 @@ class _Simulation(DecisionExecution):
                 if feed is not None:
                     feed.deliver(next_at, self.scheduler)
                 self.event = (next_at, ARRIVAL, next_at, None, 0, 0)
+                self._flush_progress()
                 self._on_arrival(arrivals[i], next_at)
                 i += 1
                 next_at = times[i] if i < count else math.inf
             else:
                 return self._result()
+
+    def _flush_progress(self) -> None:
+        """Before ``self.event`` reaches the scheduler, make the progress reports that
+        replicas in decode runs owe it (``Replica.flush_progress``)."""
+        event = self.event
+        at = event[0]
+        for rep in self.replicas:
+            if rep.report_at <= at:
+                rep.flush_progress(event, self.scheduler.progress)
 
     def _after(self, now: float) -> None:
         """Start steps on replicas that got work, and re-arm the scheduler tick."""
@@ -297,13 +312,13 @@ class _Simulation(DecisionExecution):
 
     def _on_scrape(self, now: float, next_arrival: float) -> None:
         """Feed every replica's metrics to the scheduler, sample, and plan the next scrape."""
+        event = self.event
         for rep in self.replicas:
-            rep.sync(self.event)
             engine = rep.engine
             stats = BackendStats(
                 model=self.model,
                 backend=rep.name,
-                kv_cache_usage=engine.kv_cache_usage,
+                kv_cache_usage=rep.kv_cache_usage(event),
                 num_requests_running=engine.num_requests_running,
                 num_requests_waiting=engine.num_requests_waiting,
                 kv_capacity_tokens=self.kv_capacity_tokens,
@@ -315,7 +330,7 @@ class _Simulation(DecisionExecution):
             {lane.name: lane.queued for lane in view.lanes},
             [rep.engine.num_requests_running for rep in self.replicas],
             [rep.engine.num_requests_waiting for rep in self.replicas],
-            [rep.engine.kv_cache_usage for rep in self.replicas],
+            [rep.kv_cache_usage(event) for rep in self.replicas],
         )
         self._after(now)
         if self.progress is not None:
