@@ -38,27 +38,22 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import accumulate
 
-from sluicegate.core.ticket import TicketId
 from sluicegate.engine.engine_config import EngineConfig
 from sluicegate.engine.model import Engine, StepResult
 from sluicegate.sim.decode_span import DecodeSpan
 from sluicegate.sim.events import STEP, WAKE, ChainPoint, EventQueue, HeapItem
 from sluicegate.sim.live import SimRequest
 from sluicegate.sim.replica_kv_events import KvEventFeed
+from sluicegate.sim.replica_progress import PROGRESS_EVERY_STEPS, ProgressReports, Report
 
-PROGRESS_EVERY_STEPS = 16
-"""A replica reports its requests' progress to the scheduler every this many steps."""
 MAX_RUN_STEPS = 256
 """The longest decode run planned at once (a run cut short wastes the rest of its plan)."""
 
-Report = Callable[[TicketId, int], None]
-"""The scheduler's ``progress``: a ticket's tokens generated so far."""
 
-
-class Replica:
+class Replica(ProgressReports):
     """One engine replica and the driver's bookkeeping around it.
 
     Attributes:
@@ -72,13 +67,11 @@ class Replica:
         touched: the driver's mark: decisions at this instant gave it work (see ``resume``).
         passthrough: hand the engine each request's priority (see the module docstring).
         kv_feed: where the engine's KV events go after each step (``None``: not recorded).
-        reported: the step count at the last progress report.
-        report_at: when the span's next progress report falls due (infinity: none).
     """
 
     __slots__ = ("busy_s", "busy_until", "engine", "events", "history", "independent",
-                 "index", "inflight", "kv_feed", "name", "origin", "passthrough", "report_at",
-                 "reported", "running", "slot_s", "span", "steps", "touched", "waking")  # fmt: skip
+                 "index", "inflight", "kv_feed", "name", "origin", "passthrough", "running",
+                 "slot_s", "span", "steps", "touched", "waking")  # fmt: skip
 
     def __init__(
         self,
@@ -150,17 +143,6 @@ class Replica:
         del self.running[eid]
         return produced - pending
 
-    def report_progress(self, report: Report) -> None:
-        """Call ``report`` (the scheduler's ``progress``) with each running request's
-        ticket and the tokens it has generated in the steps applied so far."""
-        engine = self.engine
-        for eid, req in self.running.items():
-            try:
-                generated = engine.generated(eid)
-            except KeyError:  # finished inside a step still in flight
-                continue
-            report(req.ticket_id, generated)
-
     # ------------------------------------------------------------------ stepping
 
     def resume(self, now: float) -> None:
@@ -208,26 +190,6 @@ class Replica:
         self.begin(now, self.steps % PROGRESS_EVERY_STEPS != 0)
         return None
 
-    def flush_progress(self, event: HeapItem, report: Report) -> None:
-        """Make the progress reports of a decode run that step-by-step driving would have
-        made before ``event``, which is about to reach the scheduler.
-
-        Inside a run only the latest report counts: each sets every running request's
-        count, and nothing read them since the last flush. The driver calls this only
-        once ``report_at`` has come.
-        """
-        span = self.span
-        if span is not None:
-            self._report_span(span, span.passed(event, self.history, self.origin) - 1, report)
-            self._next_report(span)
-
-    def _next_report(self, span: DecodeSpan) -> None:
-        """Set ``report_at`` to the completion time of the span's next report, if any."""
-        before = span.steps_before
-        boundary = (max(self.reported, before) // PROGRESS_EVERY_STEPS + 1) * PROGRESS_EVERY_STEPS
-        j = boundary - before
-        self.report_at = span.times[j] if j < span.run.steps else math.inf
-
     def kv_cache_usage(self, event: HeapItem) -> float:
         """The engine's KV usage as step-by-step driving would have it at ``event``: with
         the steps of a decode run started by then applied (the run goes on)."""
@@ -236,19 +198,6 @@ class Replica:
             return self.engine.kv_cache_usage
         steps = span.passed(event, self.history, self.origin)
         return self.engine.kv_cache_usage_after(span.run, steps)
-
-    def _report_span(self, span: DecodeSpan, completed: int, report: Report) -> None:
-        """Report progress as of the span's last report point among its first ``completed``
-        completions, unless that report was made."""
-        count = span.steps_before + completed
-        at = count - count % PROGRESS_EVERY_STEPS
-        if at <= self.reported or at <= span.steps_before:
-            return
-        self.reported = at
-        done = at - span.steps_before  # the span's steps applied when the report is made
-        engine = self.engine
-        for eid, req in self.running.items():
-            report(req.ticket_id, engine.generated(eid) + done)
 
     def step_handled(self, now: float, report: Report) -> None:
         """After the driver handled a step's result: count it, report progress every
