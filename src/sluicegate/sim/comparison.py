@@ -333,14 +333,9 @@ class SimJob:
 
 
 def pool_width(jobs: int, cpus: int | None = None) -> int:
-    """How many worker processes run ``jobs`` equal simulations best on ``cpus`` (default:
-    this machine's) cores: as many as the cores, plus enough that the last round fills them.
-
-    With ``w`` workers the runs go in ⌈jobs / w⌉ rounds; the fewest rounds that keep every
-    core busy are ⌊jobs / cpus⌋, so ``w = ⌈jobs / ⌊jobs / cpus⌋⌉`` (5 runs on 2 cores: 3
-    workers, 2.5 runs' time instead of the 3 that 2 workers take; every run at once when
-    there are fewer than 2 per core).
-    """
+    """Workers for ``jobs`` equal runs on ``cpus`` cores (default: this machine's): one per
+    run up to the cores, else ⌈jobs / ⌊jobs / cpus⌋⌉, the fewest for ⌊jobs / cpus⌋ rounds
+    that all fill the cores (5 runs on 2 cores: 3 workers, 2.5 runs' time, not 3)."""
     cores = cpus if cpus is not None else (os.cpu_count() or 1)
     if jobs <= cores:
         return jobs

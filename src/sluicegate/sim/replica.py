@@ -106,17 +106,21 @@ class Replica(ProgressReports):
 
     # ------------------------------------------------------------------ requests
 
-    def add(self, req: SimRequest, now: float, priority: int = 0) -> None:
-        """Hand an admitted request to the engine (with its ticket's ``priority`` if
-        ``passthrough``)."""
+    def assign(self, req: SimRequest, now: float) -> None:
+        """The gateway dispatches ``req`` to this replica at ``now`` (``add`` hands it to
+        the engine, ``EngineConfig.request_overhead_s`` later)."""
         req.runs += 1
-        eid = req.ticket_id if req.runs == 1 else f"{req.ticket_id}~{req.runs}"
-        req.eid = eid
+        req.eid = req.ticket_id if req.runs == 1 else f"{req.ticket_id}~{req.runs}"
         req.backend = self.name
         if req.admit_s is None:
             req.admit_s = now
         req.admitted_s = now
         req.first_token_s = None
+
+    def add(self, req: SimRequest, now: float, priority: int = 0) -> None:
+        """Hand an assigned request to the engine, arriving at ``now`` (with its ticket's
+        ``priority`` if ``passthrough``)."""
+        eid = req.eid
         wl = req.workload
         self.engine.add_request(
             eid, wl.prompt_tokens, wl.max_tokens, now,

@@ -92,4 +92,8 @@ class ProgressReports:
         done = at - span.steps_before  # the span's steps applied when the report is made
         engine = self.engine
         for eid, req in self.running.items():
-            report(req.ticket_id, engine.generated(eid) + done)
+            try:
+                generated = engine.generated(eid) + done
+            except KeyError:  # finished, its last token not yet at the gateway
+                continue
+            report(req.ticket_id, generated)
