@@ -2,8 +2,9 @@
 
 Replays ``AzureLLMInferenceTrace_conv.csv`` (19,366 requests over one hour)
 through the real scheduler and four emulated Llama-3.1-8B/H100 replicas, once
-per policy, the way ``sluicegate simulate`` does (worker processes, one per
-core), and reports the wall time. Bar (issue #4): under 60 s on a 2-core machine.
+per policy, the way ``sluicegate simulate`` does (worker processes, about one per
+core), and reports the wall time. Bar (issue #32): at most 10 s on a 2-core machine;
+before issue #32's fast path it took 25.9–32.5 s (the bar was 60 s, issue #4).
 
     python benchmarks/bench_sim.py [--write docs/BENCHMARKS.md]
 """
@@ -26,7 +27,11 @@ from sluicegate.sim.workloads import load_workload
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 POLICIES = ["fifo", "sjf", "slack", "fair", "oracle"]
-BAR_S = 60.0
+BAR_S = 10.0
+BEFORE = (
+    "25.9–32.5 s recorded before issue #32 (decode runs cut at every progress report, "
+    "2 workers); that code rerun beside this one on a quiet machine (2026-12-05): 12.2–12.3 s"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     elapsed = time.perf_counter() - start
     simulated = sum(s.overall.requests for s in result.summaries)
-    verdict = "yes" if elapsed < BAR_S else "NO"
+    verdict = "yes" if elapsed <= BAR_S else "NO"
     lines = [
         "## Simulator: one hour of the Azure conversation trace, 4 replicas, 5 policies",
         "",
@@ -55,10 +60,12 @@ def main(argv: list[str] | None = None) -> int:
         f"Date: {dt.date.today().isoformat()}",
         "",
         "| requests per policy | policies | replicas | wall time | requests simulated/s "
-        f"| under {BAR_S:g} s |",
+        f"| at most {BAR_S:g} s |",
         "|---:|---:|---:|---:|---:|---|",
         f"| {len(requests):,} | {len(POLICIES)} | {args.replicas} | {elapsed:.1f} s "
         f"| {simulated / elapsed:,.0f} | {verdict} |",
+        "",
+        f"Previously: {BEFORE}. Seeded results are byte-identical to those before.",
     ]
     print("\n".join(lines))
     if args.write is not None:

@@ -82,6 +82,16 @@ def plan_run(
     return DecodeRun(durations, tuple([seq.req_id for seq in running]), version)
 
 
+def blocks_grown(running: list[SeqState], block_size: int, steps: int) -> int:
+    """The KV blocks a planned run's sequences gain over its first ``steps`` steps."""
+    grown = 0
+    for seq in running:
+        blocks = (seq.computed + steps + block_size - 1) // block_size
+        if blocks > seq.blocks:
+            grown += blocks - seq.blocks
+    return grown
+
+
 def apply_run(running: list[SeqState], block_size: int, steps: int) -> int:
     """Advance every sequence of a planned run by ``steps`` decode steps; returns blocks grown."""
     grown = 0

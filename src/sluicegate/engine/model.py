@@ -44,7 +44,8 @@ cached after its prefill and at its end. Requests without hashes never touch it.
 
 A simulator may skip the events of pure-decode steps: ``plan_decode`` says
 which steps come next while nothing waits and nobody finishes, and
-``advance_decode`` applies them (see ``decode``).
+``advance_decode`` applies them (see ``decode``); ``kv_cache_usage_after`` reads
+the KV usage part of a run would leave without applying it.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-from sluicegate.engine.decode import DecodeRun, apply_run, plan_run
+from sluicegate.engine.decode import DecodeRun, apply_run, blocks_grown, plan_run
 from sluicegate.engine.engine_config import EngineConfig
 from sluicegate.engine.lengths import DEFAULT_LENGTH_MODEL, OutputLengthModel, resolve_output_tokens
 from sluicegate.engine.prefix_cache import PrefixCache
@@ -303,6 +304,17 @@ class Engine(PrioritySchedule):
         self._free_blocks -= apply_run(self._running, self._config.block_size, steps)
         self._generation_tokens += steps * len(self._running)
         self._now = max(self._now, now)
+
+    def kv_cache_usage_after(self, run: DecodeRun, steps: int) -> float:
+        """``kv_cache_usage`` as it will be once ``advance_decode(run, steps, …)`` is applied.
+
+        Raises:
+            ValueError: the engine changed since ``run`` was planned.
+        """
+        if run.version != self._version:
+            raise ValueError("the engine changed since this decode run was planned")
+        grown = blocks_grown(self._running, self._config.block_size, steps)
+        return (self._num_blocks - (self._free_blocks - grown)) / self._num_blocks
 
     def _step_independent(self, now: float, servers: IndependentServers) -> StepResult | None:
         """Advance to the next token event (or report overdue ones at ``now``)."""

@@ -173,8 +173,8 @@ def run_comparison(
         seed: engine seed.
         sweep: rate multipliers k: each policy also runs with arrival times / k.
         console: where tables and progress go; ``None`` prints nothing.
-        workers: processes to run simulations in parallel; default one per CPU
-            (at most one per run); 1 runs them in this process. Results do not
+        workers: processes to run simulations in parallel; default ``pool_width``
+            (about one per CPU); 1 runs them in this process. Results do not
             depend on it. Workers are spawned, so a script that calls this with
             more than one worker must guard its entry point with
             ``if __name__ == "__main__":`` (the CLI's entry point does).
@@ -332,6 +332,16 @@ class SimJob:
         )  # fmt: skip
 
 
+def pool_width(jobs: int, cpus: int | None = None) -> int:
+    """Workers for ``jobs`` equal runs on ``cpus`` cores (default: this machine's): one per
+    run up to the cores, else ⌈jobs / ⌊jobs / cpus⌋⌉, the fewest for ⌊jobs / cpus⌋ rounds
+    that all fill the cores (5 runs on 2 cores: 3 workers, 2.5 runs' time, not 3)."""
+    cores = cpus if cpus is not None else (os.cpu_count() or 1)
+    if jobs <= cores:
+        return jobs
+    return -(-jobs // (jobs // cores))
+
+
 def run_jobs(jobs: Sequence[SimJob], workers: int | None, bar: Progress | None) -> list[SimResult]:
     """Run ``jobs``, in parallel processes when ``workers`` (default: CPUs) allows.
 
@@ -339,7 +349,7 @@ def run_jobs(jobs: Sequence[SimJob], workers: int | None, bar: Progress | None) 
     the same however many processes run them. Worker processes are spawned
     (not forked) and report progress through a queue.
     """
-    count = min(len(jobs), workers if workers is not None else (os.cpu_count() or 1))
+    count = min(len(jobs), workers if workers is not None else pool_width(len(jobs)))
     trackers = [_tracker(bar, job.label, job.workload) for job in jobs]
     if count <= 1:
         return [job.run(tracker) for job, tracker in zip(jobs, trackers, strict=True)]

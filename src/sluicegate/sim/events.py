@@ -2,9 +2,11 @@
 
 Events live on one heap keyed ``(time, kind, time posted, chain point, sequence)``
 (SimPy style), so ties are broken deterministically: at one instant, engine step
-completions come first (freeing slots), then arrivals, scheduler ticks, metric
-scrapes, and last the first step of replicas that were idle, so requests arriving
-together share it.
+completions come first, then responses reaching the gateway (freeing slots; only
+with ``EngineConfig.response_overhead_s``), arrivals, scheduler ticks, metric
+scrapes, requests reaching their engines (only with
+``EngineConfig.request_overhead_s``), and last the first step of replicas that
+were idle, so requests arriving together share it.
 
 Ties among step completions: driven step by step, events at one instant run in
 the order they were posted, and a step's completion is posted by the event that
@@ -20,7 +22,7 @@ from __future__ import annotations
 from array import array
 from heapq import heapify, heappush
 
-STEP, ARRIVAL, TICK, SCRAPE, WAKE = 0, 1, 2, 3, 4
+STEP, RESPONSE, ARRIVAL, TICK, SCRAPE, DELIVER, WAKE = 0, 1, 2, 3, 4, 5, 6
 """Event kinds, in the order they run at one instant."""
 
 

@@ -3,7 +3,8 @@
 It owns what each decision does to the simulated requests and replicas:
 
 * ``Admit`` → ``Engine.add_request`` on the chosen replica (with the ticket's priority
-  when its backend passes it through);
+  when its backend passes it through), ``EngineConfig.request_overhead_s`` later: until
+  then the request is in transit, holding its gateway slot (a ``DELIVER`` event);
 * ``Preempt`` → ``Engine.abort``, then ``Scheduler.complete`` with the tokens produced,
   whose decisions are carried out in turn;
 * ``Reject`` / ``Expire`` → the request's outcome; ``Queued`` → its wait estimate;
@@ -31,7 +32,7 @@ from sluicegate.core.decisions import (
 )
 from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.ticket import TicketId, Usage
-from sluicegate.sim.events import HeapItem
+from sluicegate.sim.events import DELIVER, EventQueue, HeapItem
 from sluicegate.sim.live import SimRequest
 from sluicegate.sim.replica import Replica
 from sluicegate.sim.result import PREEMPTED
@@ -48,6 +49,10 @@ class DecisionExecution:
     touched: list[Replica]
     event: HeapItem
     estimated_wait: dict[int, float]
+    events: EventQueue
+    request_overhead_s: float
+    deliveries: dict[int, tuple[SimRequest, int]]
+    in_transit: dict[TicketId, int]
 
     def _touch(self, rep: Replica) -> None:
         """Note that decisions at this instant changed ``rep`` (``_after`` resumes it)."""
@@ -78,16 +83,38 @@ class DecisionExecution:
     def _admit(self, decision: Admit, now: float) -> None:
         req = self.live[decision.ticket.id]
         rep = self.by_backend[decision.backend]
+        rep.assign(req, now)
+        if self.request_overhead_s > 0:
+            item = self.events.push(now + self.request_overhead_s, DELIVER, rep.index, now, None)
+            self.deliveries[item[4]] = (req, decision.ticket.priority)
+            self.in_transit[req.ticket_id] = item[4]
+            return
         rep.sync(self.event)
         rep.add(req, now, decision.ticket.priority)
+        self._touch(rep)
+
+    def _deliver(self, rep: Replica, seq: int, now: float) -> None:
+        """A request in transit (``seq``, unless preempted on the way) reaches ``rep``'s engine."""
+        delivery = self.deliveries.pop(seq, None)
+        if delivery is None:
+            return
+        req, priority = delivery
+        del self.in_transit[req.ticket_id]
+        rep.sync(self.event)
+        rep.add(req, now, priority)
         self._touch(rep)
 
     def _preempt(self, decision: Preempt, now: float) -> list[Decision]:
         req = self.live[decision.ticket.id]
         rep = self.by_backend[decision.backend]
-        rep.sync(self.event)
-        generated = rep.abort(req, now)
-        self._touch(rep)
+        transit = self.in_transit.pop(req.ticket_id, None)
+        if transit is not None:  # never reached the engine
+            del self.deliveries[transit]
+            generated = 0
+        else:
+            rep.sync(self.event)
+            generated = rep.abort(req, now)
+            self._touch(rep)
         if decision.action is PreemptAction.REQUEUE:
             req.requeues += 1
             req.first_token_s = None

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from sluicegate.outcomes import RequestOutcome
 from sluicegate.sim.result import SimResult
 from sluicegate.sim.run_summary import Summary
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 _DPI = 100
 _Loc = Literal["upper left", "upper right", "lower right"]
@@ -30,7 +31,17 @@ _METRICS: tuple[tuple[str, str], ...] = (
 )
 
 
+def _figure(width: float, height: float) -> Figure:
+    """A new figure; matplotlib is imported on first use, so the simulator's worker
+    processes, which only simulate, never import it."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height))
+
+
 def _save(figure: Figure, path: Path) -> Path:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     FigureCanvasAgg(figure)
     figure.savefig(path, format="png", dpi=_DPI, metadata={"Software": None})
     return path
@@ -71,7 +82,7 @@ def plot_latency_cdfs(results: Mapping[str, SimResult], out_dir: Path) -> list[P
         }
         if not any(by_policy.values()):
             continue
-        figure = Figure(figsize=(13, 4))
+        figure = _figure(13, 4)
         axes = figure.subplots(1, len(_METRICS))
         for ax, (title, metric) in zip(axes, _METRICS, strict=True):
             for label, records in by_policy.items():
@@ -107,7 +118,7 @@ def plot_p99_vs_load(sweep: Mapping[str, Sequence[Summary]], path: Path) -> Path
         if any(s.lanes[lane].requests for runs in sweep.values() for s in runs if lane in s.lanes)
     ]
     by_load = all(s.load is not None for runs in sweep.values() for s in runs)
-    figure = Figure(figsize=(5 * max(1, len(lanes)), 4))
+    figure = _figure(5 * max(1, len(lanes)), 4)
     axes = figure.subplots(1, max(1, len(lanes)), squeeze=False)[0]
     for ax, lane in zip(axes, lanes, strict=False):
         values: list[float] = []
@@ -150,7 +161,7 @@ def plot_queue_depth(results: Mapping[str, SimResult], path: Path) -> Path:
     lanes = [
         lane for lane in lanes if any(any(r.samples.queued.get(lane, ())) for r in results.values())
     ] or lanes[:1]
-    figure = Figure(figsize=(12, 2.8 * max(1, len(lanes))))
+    figure = _figure(12, 2.8 * max(1, len(lanes)))
     axes = figure.subplots(max(1, len(lanes)), 1, squeeze=False)[:, 0]
     for ax, lane in zip(axes, lanes, strict=False):
         for label, r in results.items():

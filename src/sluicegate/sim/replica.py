@@ -11,12 +11,17 @@ Erlang C checks exact.
 
 Decode runs: most steps of a continuous-batching replica are pure decodes
 that change nothing outside it. When ``Engine.plan_decode`` offers a run of
-them (at most up to the next progress report), the replica posts one event for
-the end of the run instead of one per step, and applies the run's steps when
-that event comes. Anything that touches the replica earlier (an admission, a
-preemption, a scrape) first applies the steps that would have started by then
-(``sync``) and re-posts the one in flight, so every outcome, time and sample
-is the same as stepping one event at a time.
+them (up to the next finish, at most ``MAX_RUN_STEPS``), the replica posts one
+event for the end of the run instead of one per step, and applies the run's
+steps when that event comes. Anything that changes the replica earlier (an
+admission, a preemption) first applies the steps that would have started by
+then (``sync``) and re-posts the one in flight; a scrape reads the KV usage the
+started steps give without ending the run. The progress reports due every
+``PROGRESS_EVERY_STEPS`` steps inside a run are made when the next event reaches
+the scheduler (``flush_progress``, the driver calls it), with the counts of the
+latest report that would have been made by then, and busy time accrues as
+step-by-step driving adds it; so every outcome, time and sample is the same as
+stepping one event at a time.
 
 Priority passthrough: a replica whose backend has ``priority_passthrough: true``
 hands the engine each ticket's priority (``add_request(priority=…)``; sluicegate's
@@ -33,45 +38,22 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import accumulate
 
-from sluicegate.core.ticket import TicketId
 from sluicegate.engine.engine_config import EngineConfig
-from sluicegate.engine.model import DecodeRun, Engine, StepResult
+from sluicegate.engine.model import Engine, StepResult
+from sluicegate.sim.decode_span import DecodeSpan
 from sluicegate.sim.events import STEP, WAKE, ChainPoint, EventQueue, HeapItem
 from sluicegate.sim.live import SimRequest
 from sluicegate.sim.replica_kv_events import KvEventFeed
+from sluicegate.sim.replica_progress import PROGRESS_EVERY_STEPS, ProgressReports, Report
 
-PROGRESS_EVERY_STEPS = 16
-"""A replica reports its requests' progress to the scheduler every this many steps."""
-
-
-class DecodeSpan:
-    """A decode run a replica is in: its steps start at ``times[0 … n−1]``, the last ends
-    at ``times[n]``.
-
-    Attributes:
-        run: the engine's plan; none of its steps is applied to the engine yet.
-        times: step boundaries, chained as step-by-step driving would: ``t + duration``.
-        item: the heap item of the run's end, at ``times[n]``.
-        base: where ``times[0]`` is in the replica's chain history.
-        contiguous: how step 0's busy time is counted (see ``Replica.start_step``).
-    """
-
-    __slots__ = ("base", "contiguous", "item", "run", "times")
-
-    def __init__(
-        self, run: DecodeRun, times: list[float], item: HeapItem, base: int, contiguous: bool
-    ) -> None:
-        self.run = run
-        self.times = times
-        self.item = item
-        self.base = base
-        self.contiguous = contiguous
+MAX_RUN_STEPS = 256
+"""The longest decode run planned at once (a run cut short wastes the rest of its plan)."""
 
 
-class Replica:
+class Replica(ProgressReports):
     """One engine replica and the driver's bookkeeping around it.
 
     Attributes:
@@ -114,7 +96,8 @@ class Replica:
         self.running: dict[str, SimRequest] = {}
         self.busy_s = self.slot_s = 0.0
         self.busy_until = float("-inf")
-        self.steps = 0
+        self.steps = self.reported = 0
+        self.report_at = math.inf
         self.touched = False
         self.waking = False
         self.span: DecodeSpan | None = None
@@ -123,17 +106,21 @@ class Replica:
 
     # ------------------------------------------------------------------ requests
 
-    def add(self, req: SimRequest, now: float, priority: int = 0) -> None:
-        """Hand an admitted request to the engine (with its ticket's ``priority`` if
-        ``passthrough``)."""
+    def assign(self, req: SimRequest, now: float) -> None:
+        """The gateway dispatches ``req`` to this replica at ``now`` (``add`` hands it to
+        the engine, ``EngineConfig.request_overhead_s`` later)."""
         req.runs += 1
-        eid = req.ticket_id if req.runs == 1 else f"{req.ticket_id}~{req.runs}"
-        req.eid = eid
+        req.eid = req.ticket_id if req.runs == 1 else f"{req.ticket_id}~{req.runs}"
         req.backend = self.name
         if req.admit_s is None:
             req.admit_s = now
         req.admitted_s = now
         req.first_token_s = None
+
+    def add(self, req: SimRequest, now: float, priority: int = 0) -> None:
+        """Hand an assigned request to the engine, arriving at ``now`` (with its ticket's
+        ``priority`` if ``passthrough``)."""
+        eid = req.eid
         wl = req.workload
         self.engine.add_request(
             eid, wl.prompt_tokens, wl.max_tokens, now,
@@ -160,17 +147,6 @@ class Replica:
         del self.running[eid]
         return produced - pending
 
-    def report_progress(self, report: Callable[[TicketId, int], None]) -> None:
-        """Call ``report`` (the scheduler's ``progress``) with each running request's
-        ticket and the tokens it has generated in the steps applied so far."""
-        engine = self.engine
-        for eid, req in self.running.items():
-            try:
-                generated = engine.generated(eid)
-            except KeyError:  # finished inside a step still in flight
-                continue
-            report(req.ticket_id, generated)
-
     # ------------------------------------------------------------------ stepping
 
     def resume(self, now: float) -> None:
@@ -194,36 +170,47 @@ class Replica:
             self.origin = (posted, seq)
             self.step(now)
 
-    def finish_step(self, seq: int, now: float) -> StepResult | None:
+    def finish_step(self, seq: int, now: float, report: Report) -> StepResult | None:
         """Apply the step (or decode run) whose completion ``seq`` is due at ``now``.
 
         A step that emitted neither a first nor a last token and reports no
         progress concerns no one else: it is counted and the next one started
         here, and ``None`` returned. Otherwise its result is returned, and the
         driver hands its tokens to the scheduler, then calls ``step_handled``.
+        A decode run's progress reports not yet made go to ``report`` here.
         """
         result = self.inflight.pop(seq)
         span = self.span
         if span is not None:
-            self.commit(len(span.times) - 1)
-        if (
-            self.independent
-            or result.first_token
-            or result.finished
-            or self.steps % PROGRESS_EVERY_STEPS == PROGRESS_EVERY_STEPS - 1
-        ):
+            steps = span.run.steps
+            self._report_span(span, steps, report)
+            self.commit(steps)
+        elif self.steps % PROGRESS_EVERY_STEPS == PROGRESS_EVERY_STEPS - 1:
+            return result
+        if self.independent or result.first_token or result.finished:
             return result
         self.steps += 1
-        self.begin(now, True)
+        # After a report the next step starts as ``step_handled`` would start it.
+        self.begin(now, self.steps % PROGRESS_EVERY_STEPS != 0)
         return None
 
-    def step_handled(self, now: float, report: Callable[[TicketId, int], None]) -> None:
+    def kv_cache_usage(self, event: HeapItem) -> float:
+        """The engine's KV usage as step-by-step driving would have it at ``event``: with
+        the steps of a decode run started by then applied (the run goes on)."""
+        span = self.span
+        if span is None:
+            return self.engine.kv_cache_usage
+        steps = span.passed(event, self.history, self.origin)
+        return self.engine.kv_cache_usage_after(span.run, steps)
+
+    def step_handled(self, now: float, report: Report) -> None:
         """After the driver handled a step's result: count it, report progress every
         ``PROGRESS_EVERY_STEPS`` steps (see ``report_progress``), and start the next step
         unless one is still in flight (a batch-independent replica, whose servers are
         independent, always tries)."""
         self.steps += 1
         if self.steps % PROGRESS_EVERY_STEPS == 0:
+            self.reported = self.steps
             self.report_progress(report)
         if self.independent or not self.inflight:
             self.step(now)
@@ -264,8 +251,7 @@ class Replica:
         ``start_step``).
         """
         engine = self.engine
-        steps = PROGRESS_EVERY_STEPS - self.steps % PROGRESS_EVERY_STEPS
-        run = engine.plan_decode(steps) if steps > 1 else None
+        run = engine.plan_decode(MAX_RUN_STEPS)
         if run is None:
             result = self.start_step(now, contiguous)
             if result is None:
@@ -277,7 +263,9 @@ class Replica:
         base = len(self.history)
         self.history.extend(times[:-1])
         item = self._post(times[-1], run.result(run.steps - 1))
-        self.span = DecodeSpan(run, times, item, base, contiguous)
+        span = DecodeSpan(run, times, item, base, contiguous, self.steps)
+        self.span = span
+        self._next_report(span)
 
     def sync(self, event: HeapItem) -> None:
         """Bring a replica in a decode span up to ``event``, the event being handled.
@@ -289,23 +277,9 @@ class Replica:
         span = self.span
         if span is None:
             return
-        at, kind, posted, point, _, _ = event
         times = span.times
         last = len(times) - 1
-        steps = 1
-        while steps < last:
-            t = times[steps]
-            if t > at:
-                break
-            if t == at and kind == STEP:
-                prev = times[steps - 1]
-                if prev > posted:
-                    break
-                if prev == posted and point is not None:
-                    mine = ChainPoint(self.history, span.base + steps - 1, self.origin)
-                    if not mine < point:
-                        break
-            steps += 1
+        steps = span.passed(event, self.history, self.origin)
         self.commit(steps)
         if steps < last:
             item = span.item
@@ -318,19 +292,25 @@ class Replica:
         """Apply the first ``steps`` steps of the span to the engine and end the span.
 
         Busy and slot time accrue per step, as stepping one event at a time would
-        have added them; the completions of all but the last step count as processed.
+        have added them (a step after a progress report in ``_account``'s
+        non-contiguous form, as ``step_handled`` starts it); the completions of all
+        but the last step count as processed.
         """
         span = self.span
         assert span is not None
         self.span = None
+        self.report_at = math.inf
         run = span.run
         times = span.times
         self.engine.advance_decode(run, steps, times[steps - 1])
         durations = run.durations_s
+        rest = list(durations[1:steps])
+        # Step j follows the report at the replica's step count steps_before + j.
+        for j in range(-span.steps_before % PROGRESS_EVERY_STEPS or PROGRESS_EVERY_STEPS,
+                       steps, PROGRESS_EVERY_STEPS):  # fmt: skip
+            rest[j - 1] = times[j + 1] - times[j]
         batch = len(run.req_ids)
-        self._account(
-            times[0], times[steps], durations[0], durations[1:steps], batch, span.contiguous
-        )
+        self._account(times[0], times[steps], durations[0], rest, batch, span.contiguous)
         self.steps += steps - 1
 
     def _post(self, end: float, result: StepResult) -> HeapItem:

@@ -29,21 +29,28 @@ import heapq
 import math
 from collections.abc import Callable
 
-from sluicegate.core.decisions import Decision, Preempt
 from sluicegate.core.scheduler import Scheduler
 from sluicegate.core.spec import SchedulerSpec
-from sluicegate.core.ticket import BackendStats, Ticket, TicketId, Usage
+from sluicegate.core.ticket import BackendStats, Ticket, TicketId
 from sluicegate.engine.engine_config import EngineConfig
-from sluicegate.engine.model import StepResult
-from sluicegate.outcomes import COMPLETED, WorkloadRequest
-from sluicegate.sim.events import ARRIVAL, SCRAPE, STEP, TICK, EventQueue, HeapItem
-from sluicegate.sim.execute import DecisionExecution
+from sluicegate.outcomes import WorkloadRequest
+from sluicegate.sim.events import (
+    ARRIVAL,
+    DELIVER,
+    RESPONSE,
+    SCRAPE,
+    STEP,
+    TICK,
+    EventQueue,
+    HeapItem,
+)
 from sluicegate.sim.live import SimRequest
 from sluicegate.sim.prefix_hits import PrefixCounts
 from sluicegate.sim.replica import Replica
 from sluicegate.sim.replica_backends import engine_of, with_replicas
 from sluicegate.sim.replica_kv_events import KvEventFeed
 from sluicegate.sim.result import TOO_LARGE, SampleLog, SimResult
+from sluicegate.sim.step_responses import StepResponses
 from sluicegate.sim.workloads.trace_blocks import EngineBlocks
 
 __all__ = ["SimResult", "simulate", "with_replicas"]
@@ -92,7 +99,7 @@ def simulate(
     return sim.run(scrape_interval_s, progress)
 
 
-class _Simulation(DecisionExecution):
+class _Simulation(StepResponses):
     """One run's state; ``run`` is the event loop."""
 
     def __init__(
@@ -146,6 +153,11 @@ class _Simulation(DecisionExecution):
         self.last_tick = float("-inf")
         self.samples = SampleLog(list(self.lanes))
         self.estimated_wait: dict[int, float] = {}
+        self.request_overhead_s = engine.request_overhead_s
+        self.response_overhead_s = engine.response_overhead_s
+        self.deliveries: dict[int, tuple[SimRequest, int]] = {}
+        self.in_transit: dict[TicketId, int] = {}
+        self.responses: dict[int, tuple[list[str], list[str]]] = {}
         self.start = 0.0
         self.interval = 1.0
         self.scrape_k = 0
@@ -157,7 +169,8 @@ class _Simulation(DecisionExecution):
         """Process events until no arrival, request or engine step is left.
 
         ``self.event`` is the event being handled, which ``Replica.sync`` compares
-        step boundaries against.
+        step boundaries against. Every event that reaches the scheduler first
+        gets the progress reports replicas in decode runs owe it.
         """
         heap = self.events.heap
         arrivals = self.arrivals
@@ -178,6 +191,7 @@ class _Simulation(DecisionExecution):
                 self._execute(self.scheduler.observe_backend(stats, self.start), self.start)
         pop = heapq.heappop
         feed = self.kv_feed
+        report = self.scheduler.progress
         i = 0
         next_at = times[0] if count else math.inf
         while True:
@@ -188,28 +202,49 @@ class _Simulation(DecisionExecution):
                     feed.deliver(now, self.scheduler)
                 if kind == STEP:
                     rep = replicas[index]
-                    result = rep.finish_step(seq, now)
+                    result = rep.finish_step(seq, now, report)
                     if result is not None:
                         self.event = item
+                        self._flush_progress()
                         self._on_step(rep, result, now)
                     continue
                 self.event = item
                 if kind == TICK:
                     if seq == self.tick_seq:
+                        self._flush_progress()
                         self._on_tick(now)
                 elif kind == SCRAPE:
+                    self._flush_progress()
                     self._on_scrape(now, next_at)
+                elif kind == RESPONSE:
+                    self._flush_progress()
+                    first, finished = self.responses.pop(seq)
+                    if self._on_tokens(replicas[index], first, finished, now) or self.touched:
+                        self._after(now)
+                elif kind == DELIVER:
+                    self._deliver(replicas[index], seq, now)
+                    self._after(now)
                 else:
                     replicas[index].wake(now, posted, seq)
             elif i < count:
                 if feed is not None:
                     feed.deliver(next_at, self.scheduler)
                 self.event = (next_at, ARRIVAL, next_at, None, 0, 0)
+                self._flush_progress()
                 self._on_arrival(arrivals[i], next_at)
                 i += 1
                 next_at = times[i] if i < count else math.inf
             else:
                 return self._result()
+
+    def _flush_progress(self) -> None:
+        """Before ``self.event`` reaches the scheduler, make the progress reports that
+        replicas in decode runs owe it (``Replica.flush_progress``)."""
+        event = self.event
+        at = event[0]
+        for rep in self.replicas:
+            if rep.report_at <= at:
+                rep.flush_progress(event, self.scheduler.progress)
 
     def _after(self, now: float) -> None:
         """Start steps on replicas that got work, and re-arm the scheduler tick."""
@@ -255,39 +290,6 @@ class _Simulation(DecisionExecution):
         self._execute(self.scheduler.submit(ticket, now), now)
         self._after(now)
 
-    def _on_step(self, rep: Replica, result: StepResult, now: float) -> None:
-        """A step's first and last tokens reach the scheduler; then the replica steps on."""
-        running = rep.running
-        touched_scheduler = False
-        for eid in result.first_token:
-            req = running.get(eid)
-            if req is not None:
-                req.first_token_s = now
-                self.scheduler.progress(req.ticket_id, 1)
-        if result.finished:
-            # All of the step's answers end before any decision runs, so a ``Preempt``
-            # caused by one completion never names another request that finished with it.
-            done = [req for eid in result.finished if (req := running.pop(eid, None)) is not None]
-            for req in done:
-                req.generated = req.target
-                req.end(COMPLETED, now)
-                del self.live[req.ticket_id]
-            decisions: list[Decision] = []
-            for req in done:
-                ttft = None if req.first_token_s is None else req.first_token_s - req.admitted_s
-                usage = Usage(req.workload.prompt_tokens, req.target, ttft_s=ttft)
-                decisions.extend(
-                    self.scheduler.complete(req.ticket_id, usage, now, ran_to_end=True)
-                )
-                touched_scheduler = True
-            live = self.live
-            self._execute(
-                [d for d in decisions if not isinstance(d, Preempt) or d.ticket.id in live], now
-            )
-        rep.step_handled(now, self.scheduler.progress)
-        if touched_scheduler or self.touched:
-            self._after(now)
-
     def _on_tick(self, now: float) -> None:
         self.tick_at = None
         self.tick_seq = -1
@@ -297,13 +299,13 @@ class _Simulation(DecisionExecution):
 
     def _on_scrape(self, now: float, next_arrival: float) -> None:
         """Feed every replica's metrics to the scheduler, sample, and plan the next scrape."""
+        event = self.event
         for rep in self.replicas:
-            rep.sync(self.event)
             engine = rep.engine
             stats = BackendStats(
                 model=self.model,
                 backend=rep.name,
-                kv_cache_usage=engine.kv_cache_usage,
+                kv_cache_usage=rep.kv_cache_usage(event),
                 num_requests_running=engine.num_requests_running,
                 num_requests_waiting=engine.num_requests_waiting,
                 kv_capacity_tokens=self.kv_capacity_tokens,
@@ -315,7 +317,7 @@ class _Simulation(DecisionExecution):
             {lane.name: lane.queued for lane in view.lanes},
             [rep.engine.num_requests_running for rep in self.replicas],
             [rep.engine.num_requests_waiting for rep in self.replicas],
-            [rep.engine.kv_cache_usage for rep in self.replicas],
+            [rep.kv_cache_usage(event) for rep in self.replicas],
         )
         self._after(now)
         if self.progress is not None:
