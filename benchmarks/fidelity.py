@@ -39,6 +39,7 @@ from fidelity_live import (
     SLOTS,
     config_text,
     engines,
+    lower_priority,
     pin,
     replay,
     tokenized,
@@ -152,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     args = arguments(argv)
     out = wide_console()
     pin(os.getpid(), {0})
+    lower_priority()
     rows: list[list[str]] = []
     values: list[list[str]] = []
     all_errors: list[float] = []

@@ -4,7 +4,8 @@ in front, and the open-loop load generator replaying a trace slice through it.
 Cores (the machine has two): this process, and so the gateway it starts and the load
 generator it runs, stay on core 0; llama-server replica 0 gets core 1 to itself. A
 second replica can only go on core 0, beside the gateway and the generator (there is no
-third core): the two-replica cells say what that costs.
+third core), so they run at ``GATEWAY_NICE`` and the engines at 0: when both want core 0
+the engine's step goes first, as it would on a core of its own, and the relay waits.
 """
 
 from __future__ import annotations
@@ -38,6 +39,20 @@ BATCH = 2048
 SCRAPE_S = 1.0
 ENGINE_CORES = (1, 0)
 """Replica i runs on core ``ENGINE_CORES[i]``; the gateway and the generator on core 0."""
+
+
+GATEWAY_NICE = 10
+
+
+def lower_priority() -> None:
+    """This process (and what it starts later) at ``GATEWAY_NICE``."""
+    os.setpriority(os.PRIO_PROCESS, 0, GATEWAY_NICE)
+
+
+def engine_priority(pid: int) -> None:
+    """Every thread of engine ``pid`` back at nice 0 (it inherited ``GATEWAY_NICE``)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.setpriority(os.PRIO_PROCESS, int(tid), 0)
 
 
 def pin(pid: int, cores: set[int]) -> None:
@@ -83,6 +98,7 @@ def engines(model: Path, replicas: int, log_dir: Path) -> Iterator[list[LlamaCpp
                 )
             )
             pin(server.pid, {ENGINE_CORES[i]})
+            engine_priority(server.pid)
             servers.append(server)
         yield servers
 

@@ -9,6 +9,7 @@ import pytest
 from sluicegate.calibrate.fit import FitError, Sample, fit_samples, nnls
 from sluicegate.calibrate.probe_plan import (
     decode_features,
+    decode_probes,
     first_token_features,
     mean_decode_context,
     plan_probes,
@@ -32,10 +33,9 @@ def probes(noise: float = 0.0, seed: int = 0) -> list[Sample]:
     for length in plan.prefill_lengths:
         rows.append(("prefill", prefill_features(length, plan.budget_tokens)))
         rows.append(("first token", first_token_features(length, plan.budget_tokens)))
-    for context in plan.decode_contexts:
-        for batch in plan.batch_sizes:
-            mean = mean_decode_context(context, plan.decode_tokens)
-            rows.append(("decode", decode_features(batch, mean)))
+    for context, batch in decode_probes(plan):
+        mean = mean_decode_context(context, plan.decode_tokens)
+        rows.append(("decode", decode_features(batch, mean)))
     samples = []
     for group, features in rows:
         exact = sum(f * TRUE[name] for f, name in zip(features, COEFFICIENTS, strict=True))
@@ -99,3 +99,15 @@ def test_plan_spans_the_context_and_the_slots() -> None:
     long = plan.decode_contexts[-1]
     assert 4 * (long + plan.decode_tokens) <= 8192
     assert long + plan.decode_tokens <= 2048
+
+
+def test_decode_probes_keep_batches_whose_prompts_prefill_in_one_step() -> None:
+    """A long-context batch whose prompts exceed the step budget would decode beside the
+    others' prefill chunks, so it is not probed; batch 1 always is."""
+    plan = plan_probes(slots=4, context_tokens=2048, kv_capacity_tokens=8192, budget_tokens=2048)
+    short, long = plan.decode_contexts
+    probes_ = decode_probes(plan)
+    assert [(short, b) for b in (1, 2, 3, 4)] == probes_[:4]
+    assert [b for c, b in probes_ if c == long] == [b for b in (1, 2, 3, 4) if b * long <= 2048]
+    assert (long, 1) in probes_
+    assert (long, 4) not in probes_

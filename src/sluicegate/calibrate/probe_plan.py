@@ -9,7 +9,10 @@ Three kinds of probe, all on an otherwise idle engine:
   plus the two fixed overheads as its time to first token.
 * **decode**: B requests started together (B from 1 to the engine's slots), each
   ``decode_tokens`` tokens out, at a short and a long prompt. Their inter-token gap is
-  one step with B sequences decoding at the mean context P + decode_tokens / 2.
+  one step with B sequences decoding at the mean context P + decode_tokens / 2 — when
+  their B prompts prefill in one step: a batch whose prompts exceed the step budget
+  has its first requests decode beside the others' prefill chunks, and those steps
+  (hundreds of times a decode's) would be read as decode time (``decode_probes``).
 * the **fixed overheads**, read from every request (``probes.py``).
 """
 
@@ -122,7 +125,18 @@ def mean_decode_context(prompt_tokens: int, decode_tokens: int) -> float:
     return prompt_tokens + decode_tokens / 2
 
 
+def decode_probes(plan: ProbePlan) -> list[tuple[int, int]]:
+    """The (prompt tokens, batch size) of every decode probe: each context with each
+    batch size whose prompts fit one step's budget together (batch 1 always)."""
+    return [
+        (context, batch)
+        for context in plan.decode_contexts
+        for batch in plan.batch_sizes
+        if batch == 1 or batch * context <= plan.budget_tokens
+    ]
+
+
 def request_count(plan: ProbePlan, repeats: int) -> int:
     """How many requests the plan sends with ``repeats`` (for a progress bar)."""
-    decode = sum(plan.batch_sizes) * len(plan.decode_contexts)
-    return repeats * (len(plan.prefill_lengths) + decode)
+    decode = sum(batch for _, batch in decode_probes(plan))
+    return repeats * (1 + len(plan.prefill_lengths) + decode)

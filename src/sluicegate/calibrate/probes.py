@@ -33,6 +33,7 @@ from sluicegate.calibrate.fit import Sample
 from sluicegate.calibrate.probe_plan import (
     ProbePlan,
     decode_features,
+    decode_probes,
     first_token_features,
     mean_decode_context,
     prefill_features,
@@ -127,7 +128,10 @@ class ProbeRunner:
         await self._send(plan.decode_contexts[0], 4, plan.batch_sizes[-1])
 
     async def prefill_round(self, plan: ProbePlan) -> None:
-        """One request per prefill length."""
+        """One request per prefill length, after one not measured: the first request
+        after a batch has ended pays for the engine's clean-up of it (llama-server's
+        first was twice the next one's time to first token), which is no prefill cost."""
+        await self._send(plan.prefill_lengths[0], 1, 1)
         for length in plan.prefill_lengths:
             (record,) = await self._send(length, 1, 1)
             self._tails.append(record.tail_s)
@@ -140,16 +144,15 @@ class ProbeRunner:
                 self._add("prefill", label, steps, record.timings.prompt_s)
 
     async def decode_round(self, plan: ProbePlan) -> None:
-        """One batch per (context, batch size)."""
-        for context in plan.decode_contexts:
-            for batch in plan.batch_sizes:
-                records = await self._send(context, plan.decode_tokens, batch)
-                self._tails.extend(record.tail_s for record in records)
-                prompt = round(statistics.median(r.prompt_tokens for r in records))
-                mean_context = mean_decode_context(prompt, plan.decode_tokens)
-                label = f"batch {batch} · context {mean_context:g}"
-                features = decode_features(batch, mean_context)
-                self._add("decode", label, features, _decode_step_s(records))
+        """One batch per decode probe (``decode_probes``)."""
+        for context, batch in decode_probes(plan):
+            records = await self._send(context, plan.decode_tokens, batch)
+            self._tails.extend(record.tail_s for record in records)
+            prompt = round(statistics.median(r.prompt_tokens for r in records))
+            mean_context = mean_decode_context(prompt, plan.decode_tokens)
+            label = f"batch {batch} · context {mean_context:g}"
+            features = decode_features(batch, mean_context)
+            self._add("decode", label, features, _decode_step_s(records))
 
     def measurements(self) -> Measurements:
         """The medians of every probe so far, and the tails."""

@@ -132,24 +132,47 @@ PRESETS: dict[str, EngineConfig] = {
     # (2 layers, width 64) on this machine type's CPU (2-core x86_64 VM), started as
     # tests/realengine starts it: --parallel 4 (slots), -c 8192 (KV: 2,048 tokens per
     # slot), --threads 1, n_batch 2048 (most tokens per step; a longer prompt is split over
-    # steps, as chunked prefill). Measured, not derived: benchmarks/calibrate_llama_server.py
-    # read llama-server's per-request timings (2026-12-02, background < 0.1 core) and fitted
-    # the coefficients by least squares on relative error; its table is in
-    # docs/BENCHMARKS.md and tests/engine/test_preset_llama_server.py. A decode step costs
-    # ~56 µs per sequence plus ~0.7 µs per context token attended (no batching gain at this
-    # width: 4 sequences cost 4× one). Prefill is superlinear in the prompt (attention over
-    # it: ~30 µs/token at 128 tokens, ~57 µs/token at 1,536); this formula is linear, so the
-    # preset is ~25% slow for short prompts and ~30% fast for prompts over 700 tokens.
+    # steps, as chunked prefill). Measured, not derived: `sluicegate calibrate` against the
+    # engine pinned to a core of its own, the client on the other
+    # (`python benchmarks/calibrate_llama_server.py --model tiny --repeats 5`, 2026-12-05;
+    # table in docs/BENCHMARKS.md, rows in tests/engine/test_preset_llama_server.py).
+    # Prefill is superlinear in the prompt (the attention term: 0.5 ms at 16 tokens,
+    # 63 ms at 1,843); a decode step costs ~41 µs per sequence plus ~0.30 µs per context
+    # token attended. What the formula misses: 3 sequences decode as slowly as 4 (llama.cpp's
+    # kernels), and a short prompt's prefill has a fixed ~0.3 ms the step model lacks.
     # No KV preemption: llama-server's slots never share KV, and 4 × 2,048 fit 8,192.
     "llama-server-tiny-cpu": EngineConfig(
         max_num_seqs=4,
         max_num_batched_tokens=2048,
         kv_capacity_tokens=8192,
         block_size=16,
-        base_s=4.74e-05,
-        per_prefill_token_s=3.75e-05,
-        per_decode_seq_s=5.56e-05,
-        per_kv_token_s=7.25e-07,
+        base_s=5.69e-05,
+        per_prefill_token_s=9.35e-06,
+        per_decode_seq_s=4.126e-05,
+        per_kv_token_s=2.974e-07,
+        per_prefill_attn_s=2.373e-08,
+        request_overhead_s=0.0009478,
+        response_overhead_s=0.0001355,
+    ),
+    # The same server and set-up serving the fidelity benchmark's larger model (4 layers,
+    # width 256, ffn 768: tests/realengine/tiny_gguf.Shape, benchmarks/fidelity_live.SHAPE),
+    # whose steps take milliseconds, so HTTP is not most of a request. Calibrated through a
+    # sluicegate gateway in front of the pinned engine, so the gateway's relay is in the
+    # fixed overheads (`python benchmarks/calibrate_llama_server.py --model small
+    # --repeats 5`, 2026-12-05). Fit errors: first token median 2.2%, prefill 3.2%, decode
+    # 8.4% (the largest, 32%, is llama.cpp running 3 sequences more slowly than 4).
+    "llama-server-small-cpu": EngineConfig(
+        max_num_seqs=4,
+        max_num_batched_tokens=2048,
+        kv_capacity_tokens=8192,
+        block_size=16,
+        base_s=0.0006216,
+        per_prefill_token_s=8.613e-05,
+        per_decode_seq_s=0.0001037,
+        per_kv_token_s=1.439e-06,
+        per_prefill_attn_s=9.132e-08,
+        request_overhead_s=0.001786,
+        response_overhead_s=7.997e-05,
     ),
     # Eight independent servers for queueing-theory checks (Erlang C, Allen–Cunneen):
     # a request's service time is exactly 0.01 s per output token + 1e-5 s per
