@@ -30,20 +30,19 @@ import math
 import statistics
 import sys
 import tempfile
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.realengine.llama_cpp_server import LLAMA_SERVER_VERSION, llama_cpp_server
 from tests.realengine.tiny_gguf import write_tiny_gguf
 
+from fidelity_live import tokenized
 from livestack import CpuMeter, LiveStack, Process, live_stack, wide_console, write_report
-from sluicegate.bench.loadgen import run_load, synthetic_prompt
+from sluicegate.bench.loadgen import run_load
 from sluicegate.bench.records import RequestRecord, write_csv
 from sluicegate.config import parse_config
 from sluicegate.engine.presets import preset
@@ -109,21 +108,6 @@ def scaled_trace() -> list[WorkloadRequest]:
         )
         for r in load_workload(TRACE)
     ]  # fmt: skip
-
-
-def tokenized(engine_url: str, requests: Sequence[WorkloadRequest]) -> list[WorkloadRequest]:
-    """``requests`` with ``prompt_tokens`` = what llama-server counts for the prompt the load
-    generator sends request i (``synthetic_prompt(i, n)``, special tokens added)."""
-    out = []
-    for i, r in enumerate(requests):
-        body = orjson.dumps({"content": synthetic_prompt(i, r.prompt_tokens), "add_special": True})
-        request = urllib.request.Request(
-            engine_url + "/tokenize", data=body, headers={"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            count = len(orjson.loads(response.read())["tokens"])
-        out.append(dataclasses.replace(r, prompt_tokens=count))
-    return out
 
 
 def pick_slice(

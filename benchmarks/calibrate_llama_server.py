@@ -22,9 +22,7 @@ against; ``--write FILE`` puts the table in a section of FILE.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 from contextlib import ExitStack
@@ -36,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.realengine.llama_cpp_server import LLAMA_SERVER_VERSION
 from tests.realengine.tiny_gguf import Shape, write_tiny_gguf
 
-from fidelity_live import BATCH, CTX, MODEL, SHAPE, SLOTS, config_text, engines, pin
+from fidelity_live import CTX, SHAPE, SLOTS, calibrate, config_text, engines, pin
 from livestack import live_stack, wide_console, write_report
 from sluicegate.calibrate.preset_file import load_engine_config
 from sluicegate.calibrate.probe_plan import DECODE_TOKENS
@@ -46,19 +44,6 @@ SHAPES: dict[str, tuple[Shape, str]] = {
     "tiny": (Shape(), "llama-server-tiny-cpu"),
     "small": (SHAPE, "llama-server-small-cpu"),
 }
-
-
-def calibrate(url: str, out: Path, repeats: int) -> dict[str, Any]:
-    """``sluicegate calibrate`` against ``url``; the preset file it wrote, parsed."""
-    command = [
-        sys.executable, "-m", "sluicegate", "calibrate", "--url", url, "--model", MODEL,
-        "--engine", "llama-server", "--out", str(out), "--repeats", str(repeats),
-        "--slots", str(SLOTS), "--max-num-batched-tokens", str(BATCH),
-        "--context", str(CTX // SLOTS),
-    ]  # fmt: skip
-    subprocess.run(command, check=True)
-    data: dict[str, Any] = json.loads(out.read_text())
-    return data
 
 
 def test_rows(probes: list[dict[str, Any]]) -> list[tuple[str, int, int, int, float]]:
