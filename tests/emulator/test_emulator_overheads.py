@@ -17,7 +17,7 @@ SLOW = EngineConfig(
     base_s=0.004, per_decode_seq_s=0.001, request_overhead_s=0.06, response_overhead_s=0.04,
 )  # fmt: skip
 PROMPT, OUTPUT = 16, 10
-SLACK_S = 0.03  # the client, the loop and the other core's load
+SLACK_S = 0.035  # the client, the loop and the other core's load; below response_overhead_s
 
 
 async def test_a_lone_request_takes_its_solo_latency() -> None:
