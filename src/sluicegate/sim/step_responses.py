@@ -8,6 +8,8 @@ Progress reports every 16 steps are made at step time either way.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 from sluicegate.core.decisions import Decision, Preempt
 from sluicegate.core.ticket import Usage
 from sluicegate.engine.model import StepResult
@@ -19,14 +21,16 @@ from sluicegate.sim.replica import Replica
 __all__ = ["StepResponses"]
 
 
-class StepResponses(DecisionExecution):
+class StepResponses(DecisionExecution, ABC):
     """Hands step results to the scheduler, over the run state ``_Simulation`` sets up."""
 
     response_overhead_s: float
     responses: dict[int, tuple[list[str], list[str]]]
 
+    @abstractmethod
     def _after(self, now: float) -> None:
-        raise NotImplementedError  # the driver's: resume touched replicas, re-arm the tick
+        """After the scheduler was told something: resume the replicas its decisions
+        touched and re-arm the tick (the driver's, ``virtual_driver._Simulation``)."""
 
     def _on_step(self, rep: Replica, result: StepResult, now: float) -> None:
         """A step's first and last tokens reach the scheduler (``response_overhead_s``
